@@ -1,0 +1,110 @@
+"""``perfmodel hardware``: the device catalog."""
+
+from __future__ import annotations
+
+import typer
+
+from cli.common import JsonOpt, echo_json, handle_errors, table
+from hardware.device import Device, catalog_ids, load_device
+from perfmodel.dtypes import DTYPE_NAMES
+from perfmodel.units import TERA, GiB
+
+app = typer.Typer(
+    help="Device catalog: list devices, show one with its ridge points.", no_args_is_help=True
+)
+
+
+def device_dict(d: Device) -> dict[str, object]:
+    def link(lk: object) -> object:
+        return None if lk is None else dict(vars(lk))
+
+    return {
+        "id": d.id,
+        "name": d.name,
+        "vendor": d.vendor,
+        "kind": d.kind,
+        "peak_flops_per_s": d.peak_flops_per_s,
+        "ridge_flop_per_byte": {k: d.ridge_flop_per_byte(k) for k in d.peak_flops_per_s},
+        "hbm_bytes": d.hbm_bytes,
+        "hbm_bw_bytes_per_s": d.hbm_bw_bytes_per_s,
+        "memory_type": d.memory_type,
+        "sram_bytes": d.sram_bytes,
+        "scale_up": link(d.scale_up),
+        "host_link": link(d.host_link),
+        "scale_out": link(d.scale_out),
+        "tdp_w": d.tdp_w,
+        "dies_per_package": d.dies_per_package,
+        "die_link_bw_per_direction_bytes_per_s": d.die_link_bw_per_direction_bytes_per_s,
+        "sources": list(d.sources),
+        "notes": d.notes,
+    }
+
+
+def _main_dtype(d: Device) -> str:
+    for k in ("bf16", "fp16", "int8"):
+        if k in d.peak_flops_per_s:
+            return k
+    return next(iter(d.peak_flops_per_s))
+
+
+@app.command("list")
+@handle_errors
+def list_cmd(json_out: bool = JsonOpt) -> None:
+    """List the built-in devices."""
+    devs = [load_device(i) for i in catalog_ids()]
+    if json_out:
+        echo_json([device_dict(d) for d in devs])
+        return
+    rows = []
+    for d in devs:
+        k = _main_dtype(d)
+        rows.append(
+            [
+                d.id,
+                d.name,
+                f"{d.peak(k) / TERA:.1f} ({k})",
+                f"{d.hbm_bw_bytes_per_s / TERA:.3g}",
+                f"{d.hbm_bytes / GiB:.0f}",
+                f"{d.ridge_flop_per_byte(k):.0f}",
+                d.scale_up.topology,
+            ]
+        )
+    typer.echo(table(rows, ["id", "name", "dense TFLOP/s", "HBM TB/s", "GiB", "ridge", "scale-up"]))
+
+
+@app.command("show")
+@handle_errors
+def show_cmd(
+    device: str = typer.Argument(..., help="Device id or path to a device TOML file."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Show one device: peaks, memory, links and the ridge point per dtype."""
+    d = load_device(device)
+    if json_out:
+        echo_json(device_dict(d))
+        return
+    typer.echo(f"{d.name} ({d.id}), {d.vendor} {d.kind}")
+    typer.echo(
+        f"memory: {d.hbm_bytes / GiB:.1f} GiB {d.memory_type}, "
+        f"{d.hbm_bw_bytes_per_s / TERA:.3g} TB/s; on-chip {d.sram_bytes / 1e6:.0f} MB"
+    )
+    rows = [
+        [k, f"{d.peak_flops_per_s[k] / TERA:.1f}", f"{d.ridge_flop_per_byte(k):.0f}"]
+        for k in DTYPE_NAMES
+        if k in d.peak_flops_per_s
+    ]
+    typer.echo(table(rows, ["dtype", "dense TFLOP/s", "ridge FLOP/B"]))
+    su = d.scale_up
+    typer.echo(
+        f"scale-up: {su.name or 'none'} ({su.topology}), "
+        f"{su.bw_per_direction_bytes_per_s / 1e9:.0f} GB/s per direction, "
+        f"{su.peer_bw_per_direction_bytes_per_s / 1e9:.0f} GB/s per peer, {su.peers} peers"
+    )
+    typer.echo(
+        f"host link: {d.host_link.name}, "
+        f"{d.host_link.bw_per_direction_bytes_per_s / 1e9:.0f} GB/s per direction"
+    )
+    if d.dies_per_package > 1:
+        typer.echo(f"package: {d.dies_per_package} dies seen as separate devices")
+    if d.notes:
+        typer.echo(f"notes: {d.notes}")

@@ -1,0 +1,27 @@
+"""The ``perfmodel`` Typer app: one sub-app per domain. Heavy imports stay lazy."""
+
+from __future__ import annotations
+
+import typer
+
+from cli import estimate_cmd, hardware_cmd, model_cmd, predict_cmd
+
+app = typer.Typer(
+    name="perfmodel",
+    help="Analytical performance modeling and capacity planning for LLM inference serving.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(hardware_cmd.app, name="hardware")
+app.add_typer(model_cmd.app, name="model")
+app.add_typer(predict_cmd.app, name="predict")
+app.command("estimate")(estimate_cmd.estimate_cmd)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""``perfmodel model``: the model catalog and config.json inspection."""
+
+from __future__ import annotations
+
+import typer
+
+from cli.common import JsonOpt, echo_json, handle_errors, table
+from perfmodel.model import ModelSpec, load_model, model_ids
+from perfmodel.units import GIGA, GiB
+
+app = typer.Typer(
+    help="Model catalog: list models, show one (or a config.json).", no_args_is_help=True
+)
+
+
+def model_dict(m: ModelSpec) -> dict[str, object]:
+    arch = "MLA" if m.mla else ("MHA" if m.kv_heads == m.heads else "GQA")
+    return {
+        "id": m.id,
+        "name": m.name,
+        "family": m.family,
+        "attention": arch,
+        "moe": None
+        if not m.moe
+        else {
+            "experts": m.moe.num_experts,
+            "top_k": m.moe.top_k,
+            "expert_intermediate": m.moe.expert_intermediate,
+            "shared_intermediate": m.moe.shared_intermediate,
+            "moe_layers": len(m.moe.moe_layers),
+        },
+        "layers": m.layers,
+        "hidden": m.hidden,
+        "heads": m.heads,
+        "kv_heads": m.kv_heads,
+        "head_dim": m.head_dim,
+        "vocab": m.vocab,
+        "params": m.params,
+        "active_params": m.active_params,
+        "weight_bytes": {d: m.weight_bytes(d) for d in ("bf16", "fp8", "int4")},
+        "kv_bytes_per_token": {d: m.kv_bytes_per_token(d) for d in ("bf16", "fp8")},
+        "published_params": m.published_params,
+    }
+
+
+@app.command("list")
+@handle_errors
+def list_cmd(json_out: bool = JsonOpt) -> None:
+    """List the built-in models."""
+    models = [load_model(i) for i in model_ids()]
+    if json_out:
+        echo_json([model_dict(m) for m in models])
+        return
+    rows = [
+        [
+            m.id,
+            "MLA" if m.mla else "GQA",
+            f"{m.params / GIGA:.1f}",
+            f"{m.active_params / GIGA:.1f}",
+            f"{m.moe.num_experts}x top-{m.moe.top_k}" if m.moe else "-",
+            f"{m.kv_bytes_per_token():,.0f}",
+        ]
+        for m in models
+    ]
+    typer.echo(table(rows, ["id", "attn", "params B", "active B", "experts", "KV B/token (bf16)"]))
+
+
+@app.command("show")
+@handle_errors
+def show_cmd(
+    model: str = typer.Argument(..., help="Model id or path to a Hugging Face config.json."),
+    json_out: bool = JsonOpt,
+) -> None:
+    """Show parameters, active parameters, weight bytes and KV bytes per token."""
+    m = load_model(model)
+    d = model_dict(m)
+    if json_out:
+        echo_json(d)
+        return
+    typer.echo(
+        f"{m.name} ({m.id}): {d['attention']}, {m.layers} layers, hidden {m.hidden}, "
+        f"{m.heads} heads / {m.kv_heads} KV heads x {m.head_dim}"
+    )
+    if m.moe:
+        typer.echo(
+            f"MoE: {m.moe.num_experts} experts, top-{m.moe.top_k}, expert width "
+            f"{m.moe.expert_intermediate}, shared width {m.moe.shared_intermediate}, "
+            f"{m.n_moe_layers} MoE layers"
+        )
+    typer.echo(
+        f"parameters: {m.params / GIGA:.2f} B total, {m.active_params / GIGA:.2f} B "
+        "active per token"
+    )
+    rows = [
+        [dt, f"{m.weight_bytes(dt) / GiB:.1f}", f"{m.weight_bytes(dt) / GIGA:.1f}"]
+        for dt in ("bf16", "fp8", "int4")
+    ]
+    typer.echo(table(rows, ["weights", "GiB", "GB"]))
+    typer.echo(
+        f"KV cache per token: {m.kv_bytes_per_token('bf16'):,.0f} B (bf16), "
+        f"{m.kv_bytes_per_token('fp8'):,.0f} B (fp8)"
+    )

@@ -1,0 +1,1 @@
+"""Hardware: device specs (data files in ``catalog/``) and cost profiles."""

@@ -1,0 +1,252 @@
+"""Device specs: one TOML file per device, loaded into a frozen ``Device`` in SI units.
+
+File format (all numbers SI: bytes, B/s, FLOP/s, s, W; a comment gives the human reading)::
+
+    id = "h100-sxm"
+    name = "NVIDIA H100 SXM5 80GB"
+    vendor = "nvidia"           # nvidia | amd | huawei | google | amd-xilinx | ...
+    kind = "gpu"                # gpu | npu | tpu | fpga
+    role = "train+inference"
+    launch_year = 2022
+    tdp_w = 700.0
+    sources = ["...", ...]
+    notes = "..."
+
+    [compute]                   # dense peak (no 2:4 sparsity), FLOP/s or OP/s
+    bf16 = 989.4e12             # keys: fp32 tf32 bf16 fp16 fp8 int8 int4 (only those that exist)
+
+    [memory]
+    capacity_bytes = 85899345920    # 80 GiB
+    bandwidth_bytes_per_s = 3.35e12
+    type = "HBM3"
+    sram_bytes = 50e6               # L2 / on-chip buffer
+
+    [scale_up]                  # per direction; topology switched | mesh | none
+    name = "NVLink 4"
+    topology = "switched"
+    peers = 7                   # other devices reachable in the scale-up domain
+    bw_per_direction_bytes_per_s = 450e9       # device aggregate, one direction
+    peer_bw_per_direction_bytes_per_s = 450e9  # what one peer pair gets, one direction
+    latency_s = 3e-6
+
+    [host_link]
+    name = "PCIe Gen5 x16"
+    bw_per_direction_bytes_per_s = 64e9
+    latency_s = 1e-5
+
+    [scale_out]                 # optional: per-device NIC
+    name = "InfiniBand NDR 400G"
+    bw_per_direction_bytes_per_s = 50e9
+    latency_s = 5e-6
+
+    [package]                   # optional: multi-die packages seen as several devices
+    dies = 2
+    die_link_bw_per_direction_bytes_per_s = 200e9
+"""
+
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from perfmodel.dtypes import DTYPE_NAMES, get_dtype
+from perfmodel.errors import SpecError
+
+TOPOLOGIES = ("switched", "mesh", "none")
+KINDS = ("gpu", "npu", "tpu", "fpga")
+
+
+@dataclass(frozen=True)
+class Link:
+    """A point-to-point or switched link, bandwidths per direction in B/s."""
+
+    name: str
+    bw_per_direction_bytes_per_s: float
+    latency_s: float
+    topology: str = "switched"
+    peers: int = 0
+    peer_bw_per_direction_bytes_per_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.topology not in TOPOLOGIES:
+            raise SpecError(
+                f"link {self.name!r}: topology {self.topology!r} is not one of {TOPOLOGIES}"
+            )
+        if self.bw_per_direction_bytes_per_s < 0 or self.latency_s < 0:
+            raise SpecError(f"link {self.name!r}: bandwidth and latency must be >= 0")
+        if self.peer_bw_per_direction_bytes_per_s == 0.0:
+            object.__setattr__(
+                self, "peer_bw_per_direction_bytes_per_s", self.bw_per_direction_bytes_per_s
+            )
+
+
+@dataclass(frozen=True)
+class Device:
+    """One accelerator as software sees it, in SI units."""
+
+    id: str
+    name: str
+    vendor: str
+    kind: str
+    peak_flops_per_s: dict[str, float]
+    hbm_bytes: float
+    hbm_bw_bytes_per_s: float
+    memory_type: str
+    sram_bytes: float
+    scale_up: Link
+    host_link: Link
+    scale_out: Link | None = None
+    tdp_w: float | None = None
+    launch_year: int | None = None
+    role: str = ""
+    dies_per_package: int = 1
+    die_link_bw_per_direction_bytes_per_s: float | None = None
+    price_per_hour_usd: float | None = None
+    sources: tuple[str, ...] = ()
+    notes: str = ""
+    path: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"device {self.id!r}"
+        if self.kind not in KINDS:
+            raise SpecError(f"{where}: kind {self.kind!r} is not one of {KINDS}")
+        if not self.peak_flops_per_s:
+            raise SpecError(f"{where}: [compute] needs at least one dtype peak")
+        for k, v in self.peak_flops_per_s.items():
+            if k not in DTYPE_NAMES:
+                raise SpecError(f"{where}: [compute] key {k!r} is not a dtype ({DTYPE_NAMES})")
+            if not (isinstance(v, int | float) and v > 0 and math.isfinite(v)):
+                raise SpecError(f"{where}: [compute] {k} must be a positive number, got {v!r}")
+        for name in ("hbm_bytes", "hbm_bw_bytes_per_s"):
+            v = getattr(self, name)
+            if not (v > 0 and math.isfinite(v)):
+                raise SpecError(f"{where}: {name} must be positive, got {v!r}")
+        if self.dies_per_package < 1:
+            raise SpecError(f"{where}: package.dies must be >= 1")
+
+    def peak(self, dtype: str) -> float:
+        """Dense peak FLOP/s for math in ``dtype``; a clear error if the device lacks it."""
+        key = get_dtype(dtype).compute_key
+        try:
+            return self.peak_flops_per_s[key]
+        except KeyError:
+            have = ", ".join(sorted(self.peak_flops_per_s))
+            raise SpecError(
+                f"device {self.id!r} has no {key} math (it has: {have}); choose another dtype"
+            ) from None
+
+    def ridge_flop_per_byte(self, dtype: str) -> float:
+        """Roofline ridge point: peak FLOP/s / HBM B/s."""
+        return self.peak(dtype) / self.hbm_bw_bytes_per_s
+
+
+def _req(table: dict[str, Any], key: str, where: str) -> Any:
+    if key not in table:
+        raise SpecError(f"{where}: missing field {key!r}")
+    return table[key]
+
+
+def _num(table: dict[str, Any], key: str, where: str, default: float | None = None) -> float:
+    if key not in table:
+        if default is None:
+            raise SpecError(f"{where}: missing field {key!r}")
+        return default
+    v = table[key]
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        raise SpecError(f"{where}: field {key!r} must be a number, got {v!r}")
+    return float(v)
+
+
+def _link(table: dict[str, Any] | None, where: str, *, default_topology: str) -> Link | None:
+    if table is None:
+        return None
+    if not isinstance(table, dict):
+        raise SpecError(f"{where}: must be a table")
+    return Link(
+        name=str(table.get("name", "")),
+        bw_per_direction_bytes_per_s=_num(table, "bw_per_direction_bytes_per_s", where, 0.0),
+        latency_s=_num(table, "latency_s", where, 0.0),
+        topology=str(table.get("topology", default_topology)),
+        peers=int(_num(table, "peers", where, 0.0)),
+        peer_bw_per_direction_bytes_per_s=_num(
+            table, "peer_bw_per_direction_bytes_per_s", where, 0.0
+        ),
+    )
+
+
+def device_from_dict(data: dict[str, Any], *, path: str = "") -> Device:
+    """Build a Device from a parsed TOML table; errors name the file and the field."""
+    where = path or f"device {data.get('id', '?')!r}"
+    compute = _req(data, "compute", where)
+    memory = _req(data, "memory", where)
+    if not isinstance(compute, dict) or not isinstance(memory, dict):
+        raise SpecError(f"{where}: [compute] and [memory] must be tables")
+    package = data.get("package", {})
+    scale_up = _link(data.get("scale_up"), f"{where} [scale_up]", default_topology="none")
+    host = _link(data.get("host_link"), f"{where} [host_link]", default_topology="switched")
+    return Device(
+        id=str(_req(data, "id", where)),
+        name=str(data.get("name", data["id"])),
+        vendor=str(data.get("vendor", "")),
+        kind=str(data.get("kind", "gpu")),
+        role=str(data.get("role", "")),
+        peak_flops_per_s={str(k): v for k, v in compute.items()},
+        hbm_bytes=_num(memory, "capacity_bytes", f"{where} [memory]"),
+        hbm_bw_bytes_per_s=_num(memory, "bandwidth_bytes_per_s", f"{where} [memory]"),
+        memory_type=str(memory.get("type", "")),
+        sram_bytes=_num(memory, "sram_bytes", f"{where} [memory]", 0.0),
+        scale_up=scale_up or Link("none", 0.0, 0.0, topology="none"),
+        host_link=host or Link("none", 0.0, 0.0),
+        scale_out=_link(data.get("scale_out"), f"{where} [scale_out]", default_topology="switched"),
+        tdp_w=_num(data, "tdp_w", where, float("nan")) if "tdp_w" in data else None,
+        launch_year=int(data["launch_year"]) if "launch_year" in data else None,
+        dies_per_package=int(package.get("dies", 1)),
+        die_link_bw_per_direction_bytes_per_s=(
+            float(package["die_link_bw_per_direction_bytes_per_s"])
+            if "die_link_bw_per_direction_bytes_per_s" in package
+            else None
+        ),
+        price_per_hour_usd=(
+            _num(data, "price_per_hour_usd", where) if "price_per_hour_usd" in data else None
+        ),
+        sources=tuple(str(s) for s in data.get("sources", ())),
+        notes=str(data.get("notes", "")),
+        path=path,
+    )
+
+
+def load_device_file(path: str | Path) -> Device:
+    """Load a device TOML file; malformed files raise SpecError naming the file."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SpecError(f"cannot read device file {p}: {e.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise SpecError(f"{p}: malformed TOML: {e}") from None
+    return device_from_dict(data, path=str(p))
+
+
+def catalog_ids() -> list[str]:
+    """Ids of the built-in devices, sorted."""
+    files = resources.files("hardware.catalog").iterdir()
+    return sorted(f.name.removesuffix(".toml") for f in files if f.name.endswith(".toml"))
+
+
+def load_device(id_or_path: str | Path) -> Device:
+    """A built-in device by id, or a user's TOML file by path."""
+    s = str(id_or_path)
+    if s.endswith(".toml") or "/" in s or Path(s).is_file():
+        return load_device_file(s)
+    ids = catalog_ids()
+    if s not in ids:
+        raise SpecError(f"unknown hardware id {s!r}; valid ids: {', '.join(ids)} (or a .toml path)")
+    ref = resources.files("hardware.catalog").joinpath(f"{s}.toml")
+    with resources.as_file(ref) as p:
+        return load_device_file(p)

@@ -1,0 +1,83 @@
+"""End-to-end estimate of a static batch: TTFT, TPOT, throughput, memory fit.
+
+The batch's ``batch`` requests arrive together, are prefilled in one iteration (TTFT
+is that iteration) and then decode in lock-step; the first output token comes from
+the prefill, so there are ``output_len − 1`` decode steps at contexts
+``input_len … input_len + output_len − 2``, all evaluated in one vectorized call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from hardware.device import Device
+from perfmodel.batch import Batch
+from perfmodel.errors import SpecError
+from perfmodel.memory import MemoryFit, memory_fit
+from perfmodel.model import ModelSpec
+from perfmodel.parallel import ParallelPlan
+from perfmodel.step import StepTime, step_time
+
+
+@dataclass(frozen=True)
+class Estimate:
+    model: ModelSpec
+    device: Device
+    plan: ParallelPlan
+    batch: int
+    input_len: int
+    output_len: int
+    ttft_s: float
+    tpot_s: float
+    e2e_s: float
+    output_tokens_per_s: float
+    prefill: StepTime
+    decode_mid: StepTime  # decode step at the middle context
+    decode_arith_intensity: float  # FLOP / HBM byte of the middle decode step
+    ridge_flop_per_byte: float
+    memory: MemoryFit
+
+
+def estimate(
+    model: ModelSpec,
+    device: Device,
+    plan: ParallelPlan,
+    *,
+    batch: int,
+    input_len: int,
+    output_len: int,
+) -> Estimate:
+    for name, v in (("batch", batch), ("input length", input_len), ("output length", output_len)):
+        if not (isinstance(v, int | np.integer) and v > 0):
+            raise SpecError(f"{name} must be a positive integer, got {v!r}")
+    fit = memory_fit(model, device, plan, batch=batch, context_len=input_len + output_len)
+    prefill = step_time(model, device, Batch.prefill(batch, input_len), plan=plan)
+    ctx = input_len + np.arange(max(output_len - 1, 1), dtype=np.float64)
+    decode = step_time(model, device, Batch.decode(batch, ctx), plan=plan)
+    n_dec = output_len - 1
+    decode_total = float(decode.total_s[:n_dec].sum())
+    ttft = float(prefill.total_s)
+    tpot = float(decode.total_s.mean()) if n_dec > 0 else 0.0
+    e2e = ttft + decode_total
+    mid_ctx = input_len + n_dec // 2
+    mid = step_time(model, device, Batch.decode(batch, mid_ctx), plan=plan)
+    ai = float(mid.flops / mid.bytes) if float(mid.bytes) > 0 else float("inf")
+    return Estimate(
+        model=model,
+        device=device,
+        plan=plan,
+        batch=batch,
+        input_len=input_len,
+        output_len=output_len,
+        ttft_s=ttft,
+        tpot_s=tpot,
+        e2e_s=e2e,
+        output_tokens_per_s=batch * output_len / e2e,
+        prefill=prefill,
+        decode_mid=mid,
+        decode_arith_intensity=ai,
+        ridge_flop_per_byte=device.ridge_flop_per_byte(plan.act_dtype),
+        memory=fit,
+    )
