@@ -91,6 +91,10 @@ def _fmt(c: Any) -> str:
     return str(c)
 
 
+class PerfModelErrorPath(PerfModelError):
+    """An output path that cannot be written."""
+
+
 def write_atomic(path: Path, text: str, *, force: bool) -> None:
     """Write ``text`` to ``path`` via a temporary file; refuse to overwrite without force."""
     if path.exists() and not force:
@@ -105,10 +109,6 @@ def write_atomic(path: Path, text: str, *, force: bool) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-
-
-class PerfModelErrorPath(PerfModelError):
-    """An output path that cannot be written."""
 
 
 def stderr_isatty() -> bool:

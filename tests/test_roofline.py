@@ -1,0 +1,115 @@
+"""Roofline profile: hand-derived GEMM numbers and validation against measured GEMMs."""
+
+import csv
+
+import numpy as np
+import pytest
+
+from hardware.device import load_device
+from hardware.roofline import Roofline, gemm_flops_bytes
+from perfmodel.errors import SpecError
+from tests.conftest import shared_file
+
+
+def test_gemm_4096_cubed_hand_numbers() -> None:
+    f, b = gemm_flops_bytes(4096, 4096, 4096, act_bytes=2.0)
+    assert float(f) == 2 * 4096**3  # 137.4 GFLOP
+    assert float(b) == 3 * 4096 * 4096 * 2  # A, B read and C written once: 100.7 MB
+    r = Roofline(load_device("h100-sxm"))
+    # compute-bound: 2·4096³ / (0.8 · 989.4e12) + 5 µs = 178.6 µs
+    assert float(r.gemm_time_s(4096, 4096, 4096)) == pytest.approx(
+        2 * 4096**3 / (0.8 * 989.4e12) + 5e-6
+    )
+
+
+def test_decode_gemm_is_weight_streaming() -> None:
+    r = Roofline(load_device("h100-sxm"))
+    t = r.times(*gemm_flops_bytes(1, 8192, 8192, act_bytes=2.0), dtype="bf16")
+    assert bool(t.memory_bound)
+    # 8192² · 2 B of weights at 0.8 · 3.35 TB/s ≈ 50.1 µs (+ the tiny activations)
+    assert float(t.memory_s) == pytest.approx(8192 * 8192 * 2 / (0.8 * 3.35e12), rel=1e-3)
+
+
+def test_tile_padding_costs_whole_tiles() -> None:
+    f1, _ = gemm_flops_bytes(1, 1024, 1024, act_bytes=2.0)
+    f128, _ = gemm_flops_bytes(128, 1024, 1024, act_bytes=2.0)
+    f129, _ = gemm_flops_bytes(129, 1024, 1024, act_bytes=2.0)
+    assert float(f1) == float(f128)
+    assert float(f129) == 2 * float(f128)
+
+
+def test_vectorized_and_absent_ops_free() -> None:
+    r = Roofline(load_device("a100-sxm-80gb"))
+    t = r.time_s(np.array([0.0, 1e12]), np.array([0.0, 0.0]), dtype="bf16")
+    assert t.shape == (2,)
+    assert t[0] == 0.0
+    assert t[1] == pytest.approx(1e12 / (0.8 * 312e12) + 5e-6)
+
+
+def test_bad_efficiency_rejected() -> None:
+    with pytest.raises(SpecError, match="eff_compute"):
+        Roofline(load_device("h100-sxm"), eff_compute=1.5)
+
+
+def _gemm_rows(dev: str) -> tuple[np.ndarray, ...]:
+    path = shared_file("silicon", f"{dev}__gemm.csv")
+    m, n, k, t = [], [], [], []
+    with path.open() as f:
+        for r in csv.DictReader(f):
+            if r["gemm_dtype"] != "bfloat16" or int(r["n"]) < 1024 or int(r["k"]) < 1024:
+                continue
+            m.append(int(r["m"]))
+            n.append(int(r["n"]))
+            k.append(int(r["k"]))
+            t.append(float(r["latency_ms"]) * 1e-3)
+    return tuple(np.array(x, dtype=float) for x in (m, n, k, t))
+
+
+@pytest.mark.parametrize(("dev", "device_id"), [("a100_sxm", "a100-sxm-80gb"),
+                                                 ("h100_sxm", "h100-sxm")])
+def test_default_roofline_vs_measured_gemm(dev: str, device_id: str) -> None:
+    """Default efficiencies, no per-device fitting: median APE ≤ 10 % (issue 2).
+
+    Measured: A100 7.6 %, H100 6.0 % (bf16, n, k ≥ 1024; 4,704 and 18,840 shapes).
+    """
+    m, n, k, t = _gemm_rows(dev)
+    pred = Roofline(load_device(device_id)).gemm_time_s(m, n, k)
+    ape = np.abs(pred - t) / t
+    assert len(t) > 1000
+    assert np.median(ape) <= 0.10
+
+
+VIDUR = [
+    ("a100", "a100-sxm-80gb", "codellama_CodeLlama-34b-Instruct-hf"),
+    ("a100", "a100-sxm-80gb", "meta-llama_Llama-2-70b-hf"),
+    ("a100", "a100-sxm-80gb", "meta-llama_Llama-2-7b-hf"),
+    ("a100", "a100-sxm-80gb", "meta-llama_Meta-Llama-3-70B"),
+    ("a100", "a100-sxm-80gb", "meta-llama_Meta-Llama-3-8B"),
+    ("h100", "h100-sxm", "codellama_CodeLlama-34b-Instruct-hf"),
+    ("h100", "h100-sxm", "meta-llama_Llama-2-70b-hf"),
+    ("h100", "h100-sxm", "meta-llama_Llama-2-7b-hf"),
+]
+
+
+@pytest.mark.parametrize(("dev", "device_id", "model"), VIDUR)
+def test_default_roofline_vs_vidur_mlp(dev: str, device_id: str, model: str) -> None:
+    """MLP up/down projections under TP, measured by Vidur: median APE ≤ 15 % per file."""
+    path = shared_file("vidur-profiling", f"{dev}__{model}__mlp.csv")
+    with path.open() as f:
+        rows = list(csv.DictReader(f))
+
+    def col(name: str) -> np.ndarray:
+        return np.array([float(r[name]) for r in rows])
+
+    T, tp = col("num_tokens"), col("num_tensor_parallel_workers")
+    h, inter = col("n_embd"), col("n_expanded_embd")
+    gated = np.array([r["use_gated_mlp"] == "True" for r in rows])
+    r = Roofline(load_device(device_id))
+    up = r.gemm_time_s(T, (1 + gated) * inter / tp, h)
+    down = r.gemm_time_s(T, h, inter / tp)
+    up_ape = np.abs(up - col("time_stats.mlp_up_proj.median") * 1e-3) / (
+        col("time_stats.mlp_up_proj.median") * 1e-3)
+    down_ape = np.abs(down - col("time_stats.mlp_down_proj.median") * 1e-3) / (
+        col("time_stats.mlp_down_proj.median") * 1e-3)
+    assert np.median(up_ape) <= 0.15
+    assert np.median(down_ape) <= 0.15
