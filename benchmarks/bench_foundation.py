@@ -37,9 +37,24 @@ def main() -> None:
         m = rng.integers(1, 16384, n)
         nn = rng.integers(128, 65536, n)
         k = rng.integers(128, 65536, n)
-        p.write_text("m,n,k\n" + "\n".join(f"{a},{b},{c}" for a, b, c in zip(m, nn, k)) + "\n")
-        t = best_of([*exe, "predict", "gemm", "--hardware", "h100-sxm", "--input", str(p),
-                     "--output", str(Path(d) / "o.csv"), "--force"], n=3)
+        p.write_text(
+            "m,n,k\n" + "\n".join(f"{a},{b},{c}" for a, b, c in zip(m, nn, k, strict=True)) + "\n"
+        )
+        t = best_of(
+            [
+                *exe,
+                "predict",
+                "gemm",
+                "--hardware",
+                "h100-sxm",
+                "--input",
+                str(p),
+                "--output",
+                str(Path(d) / "o.csv"),
+                "--force",
+            ],
+            n=3,
+        )
         print(f"predict gemm, {n:,} shapes (whole command): {t:.3f} s")
 
     from hardware.device import load_device

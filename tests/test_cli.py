@@ -82,16 +82,19 @@ def test_predict_gemm_roundtrip(tmp_path: Path) -> None:
     shapes = tmp_path / "shapes.csv"
     shapes.write_text("m,n,k,dtype\n4096,4096,4096,bf16\n1,8192,8192,\n")
     out = tmp_path / "preds.csv"
-    code, _, _ = run("predict", "gemm", "--hardware", "h100-sxm", "--input", str(shapes),
-                     "--output", str(out))
+    code, _, _ = run(
+        "predict", "gemm", "--hardware", "h100-sxm", "--input", str(shapes), "--output", str(out)
+    )
     assert code == 0
     lines = out.read_text().splitlines()
     assert lines[0] == "m,n,k,dtype,latency_ms"
     assert float(lines[1].split(",")[-1]) == pytest.approx(
-        (2 * 4096**3 / (0.8 * 989.4e12) + 5e-6) * 1e3, rel=1e-4)
+        (2 * 4096**3 / (0.8 * 989.4e12) + 5e-6) * 1e3, rel=1e-4
+    )
     # refuses to overwrite without --force, leaves the file intact
-    code, _, err = run("predict", "gemm", "--hardware", "h100-sxm", "--input", str(shapes),
-                       "--output", str(out))
+    code, _, err = run(
+        "predict", "gemm", "--hardware", "h100-sxm", "--input", str(shapes), "--output", str(out)
+    )
     assert code == 2 and "--force" in err
     assert out.read_text().splitlines() == lines
 

@@ -60,4 +60,5 @@ def test_reserve_grows_with_batched_tokens() -> None:
     m = load_model("llama-3.1-8b")
     p = ParallelPlan()
     assert activation_reserve_bytes(m, p, 16384) == pytest.approx(
-        2 * activation_reserve_bytes(m, p, 8192))
+        2 * activation_reserve_bytes(m, p, 8192)
+    )

@@ -65,8 +65,9 @@ def _gemm_rows(dev: str) -> tuple[np.ndarray, ...]:
     return tuple(np.array(x, dtype=float) for x in (m, n, k, t))
 
 
-@pytest.mark.parametrize(("dev", "device_id"), [("a100_sxm", "a100-sxm-80gb"),
-                                                 ("h100_sxm", "h100-sxm")])
+@pytest.mark.parametrize(
+    ("dev", "device_id"), [("a100_sxm", "a100-sxm-80gb"), ("h100_sxm", "h100-sxm")]
+)
 def test_default_roofline_vs_measured_gemm(dev: str, device_id: str) -> None:
     """Default efficiencies, no per-device fitting: median APE ≤ 10 % (issue 2).
 
@@ -108,8 +109,10 @@ def test_default_roofline_vs_vidur_mlp(dev: str, device_id: str, model: str) -> 
     up = r.gemm_time_s(T, (1 + gated) * inter / tp, h)
     down = r.gemm_time_s(T, h, inter / tp)
     up_ape = np.abs(up - col("time_stats.mlp_up_proj.median") * 1e-3) / (
-        col("time_stats.mlp_up_proj.median") * 1e-3)
+        col("time_stats.mlp_up_proj.median") * 1e-3
+    )
     down_ape = np.abs(down - col("time_stats.mlp_down_proj.median") * 1e-3) / (
-        col("time_stats.mlp_down_proj.median") * 1e-3)
+        col("time_stats.mlp_down_proj.median") * 1e-3
+    )
     assert np.median(up_ape) <= 0.15
     assert np.median(down_ape) <= 0.15

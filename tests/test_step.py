@@ -15,8 +15,17 @@ from perfmodel.parallel import ParallelPlan
 from perfmodel.step import roofline_floor_s, step_time
 
 H100 = load_device("h100-sxm")
-MODELS = {m: load_model(m) for m in ("llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b",
-                                     "deepseek-v3", "qwen3-235b-a22b", "opt-13b")}
+MODELS = {
+    m: load_model(m)
+    for m in (
+        "llama-3.1-8b",
+        "llama-3.1-70b",
+        "mixtral-8x7b",
+        "deepseek-v3",
+        "qwen3-235b-a22b",
+        "opt-13b",
+    )
+}
 
 
 def test_attention_bytes_hand_derived() -> None:
@@ -42,8 +51,12 @@ def test_tp_allreduce_bytes_and_sharded_weights() -> None:
 
 
 def test_breakdown_sums_to_total() -> None:
-    s = step_time(MODELS["deepseek-v3"], H100, Batch.decode([1, 32, 256], 2048),
-                  plan=ParallelPlan(tp=8, weight_dtype="fp8"))
+    s = step_time(
+        MODELS["deepseek-v3"],
+        H100,
+        Batch.decode([1, 32, 256], 2048),
+        plan=ParallelPlan(tp=8, weight_dtype="fp8"),
+    )
     tot = sum(o.total_s for o in s.ops)
     np.testing.assert_allclose(tot, s.total_s)
     np.testing.assert_allclose(sum(s.by_bound().values()), s.total_s)
@@ -63,8 +76,9 @@ def test_70b_fp8_single_h100_decode_is_weight_streaming() -> None:
 
 
 def test_estimate_70b_tp8_is_memory_dominated() -> None:
-    e = estimate(MODELS["llama-3.1-70b"], H100, ParallelPlan(tp=8), batch=64, input_len=1024,
-                 output_len=128)
+    e = estimate(
+        MODELS["llama-3.1-70b"], H100, ParallelPlan(tp=8), batch=64, input_len=1024, output_len=128
+    )
     bound = e.decode_mid.by_bound()
     assert float(bound["memory"]) > 0.5 * float(e.decode_mid.total_s)
     assert float(bound["compute"]) == 0.0
