@@ -1,0 +1,1 @@
+"""Figures, phase-diagram sweeps and self-contained HTML reports."""

@@ -1,0 +1,1 @@
+"""Optimization models and heuristics: expert dispatch and placement, PD ratio, cache budget."""
