@@ -30,7 +30,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from hardware.device import Link
+from hardware.device import Device, Link
 from hardware.roofline import DEFAULT_OVERHEAD_S
 from perfmodel.errors import SpecError
 
@@ -81,13 +81,23 @@ def collective_time_s(
     return np.where(b > 0, t, 0.0)
 
 
-def link_for_group(scale_up: Link, fallback: Link, group: int) -> Link:
-    """The link a group of ``group`` devices talks over: scale-up when it has one and
-    the group fits in it, else ``fallback`` (host PCIe or the scale-out NIC)."""
-    if (
-        scale_up.topology != "none"
-        and scale_up.bw_per_direction_bytes_per_s > 0
-        and (group - 1 <= max(scale_up.peers, 1))
-    ):
-        return scale_up
-    return fallback
+def link_for_group(device: Device, group: int) -> Link:
+    """The link a tensor-parallel group of ``group`` devices talks over.
+
+    * within one multi-die package (MI250X: 2 dies) -> the die-to-die link;
+    * within the scale-up domain -> the scale-up link (NVLink, xGMI, HCCS, ICI);
+    * otherwise (no scale-up link, or a larger group) -> the scale-out NIC, or host PCIe
+      when the device has no NIC.
+    """
+    if group <= device.dies_per_package and device.die_link_bw_per_direction_bytes_per_s:
+        return Link(
+            "die-to-die",
+            device.die_link_bw_per_direction_bytes_per_s,
+            device.scale_up.latency_s,
+            topology="switched",
+            peers=device.dies_per_package - 1,
+        )
+    su = device.scale_up
+    if su.topology != "none" and su.bw_per_direction_bytes_per_s > 0 and group - 1 <= su.peers:
+        return su
+    return device.scale_out if device.scale_out is not None else device.host_link

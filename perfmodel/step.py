@@ -80,8 +80,7 @@ class StepTime:
 def _time_op(op: Op, prof: Roofline, device: Device, plan: ParallelPlan) -> OpTime:
     n = op.count
     if op.kind == "comm":
-        fallback = device.host_link if device.scale_out is None else device.scale_out
-        link = link_for_group(device.scale_up, fallback, plan.tp)
+        link = link_for_group(device, plan.tp)
         t = collective_time_s(op.collective, op.bytes, group=plan.tp, link=link)  # type: ignore[arg-type]
         z = np.zeros_like(t)
         return OpTime(op.name, n, z, z, z, z, n * t, n * t)

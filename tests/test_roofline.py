@@ -116,3 +116,26 @@ def test_default_roofline_vs_vidur_mlp(dev: str, device_id: str, model: str) -> 
     )
     assert np.median(up_ape) <= 0.15
     assert np.median(down_ape) <= 0.15
+
+
+def test_collective_links_by_topology() -> None:
+    from hardware.comm import collective_time_s, link_for_group
+
+    h100 = load_device("h100-sxm")
+    mb = 64e6
+    # switched ring: 2 · 7/8 · 64 MB / (0.7 · 450 GB/s) + 5 µs + 2 · 7 hops · 1 µs
+    t = float(collective_time_s("all_reduce", mb, group=8, link=link_for_group(h100, 8)))
+    assert t == pytest.approx(2 * 7 / 8 * mb / (0.7 * 450e9) + 5e-6 + 14e-6)
+    # mesh (MI300X): 7 links of 64 GB/s in parallel, one hop per phase
+    mi = load_device("mi300x")
+    t = float(collective_time_s("all_reduce", mb, group=8, link=link_for_group(mi, 8)))
+    assert t == pytest.approx(2 * 7 / 8 * mb / (0.7 * 448e9) + 5e-6 + 2 * 5e-6)
+    # ... but a pair on the mesh gets one 64 GB/s link
+    t2 = float(collective_time_s("all_reduce", mb, group=2, link=link_for_group(mi, 2)))
+    assert t2 == pytest.approx(2 * 0.5 * mb / (0.7 * 64e9) + 5e-6 + 2 * 5e-6)
+    # MI250X: two dies of one package talk over the 200 GB/s die link
+    assert link_for_group(load_device("mi250x"), 2).name == "die-to-die"
+    # L40S has no scale-up link: TP goes over the NIC/PCIe
+    assert link_for_group(load_device("l40s"), 2).topology != "none"
+    # 16 H100s exceed one NVLink domain: scale-out NIC (50 GB/s)
+    assert link_for_group(h100, 16).bw_per_direction_bytes_per_s == 50e9
