@@ -10,8 +10,9 @@ Default efficiencies (documented, not fitted per device):
   uses ``mem_bw_empirical_scaling_factor: 0.8``.
 * ``overhead_s = 5 us`` -- one kernel launch plus tail; the smallest measured GEMMs
   on A100/H100 take 4-5 us.
-* GEMMs execute whole 128-row tiles along the token dimension ``m`` (CUTLASS/cuBLAS
-  and grouped-GEMM tile height), so the compute term uses ``ceil(m/128)*128``.
+* GEMMs execute whole tiles along the token dimension ``m``: 16-128 rows chosen by
+  ``m``, then whole 128-row tiles (see :func:`padded_rows`), so the compute term uses
+  the padded row count.
 
 Everything is vectorized: ``flops`` and ``bytes`` may be numpy arrays of any
 broadcastable shape.
@@ -32,6 +33,21 @@ DEFAULT_EFF_COMPUTE = 0.80
 DEFAULT_EFF_MEMORY = 0.80
 DEFAULT_OVERHEAD_S = 5e-6
 GEMM_M_TILE = 128
+GEMM_MIN_M_TILE = 16
+
+
+def padded_rows(
+    m: ArrayLike, *, max_tile: int = GEMM_M_TILE, min_tile: int = GEMM_MIN_M_TILE
+) -> NDArray[np.float64]:
+    """Rows a GEMM kernel actually computes for ``m`` token rows.
+
+    Kernels pick the tile height by ``m`` (cuBLAS/CUTLASS heuristics, vLLM's fused-MoE
+    ``BLOCK_SIZE_M``): the next power of two between ``min_tile`` and ``max_tile``, and
+    whole ``max_tile`` tiles beyond that. 0 rows cost nothing.
+    """
+    m_ = np.asarray(m, dtype=np.float64)
+    tile = np.clip(2.0 ** np.ceil(np.log2(np.maximum(m_, 1.0))), min_tile, max_tile)
+    return np.where(m_ > 0, np.ceil(m_ / tile) * tile, 0.0)
 
 
 @dataclass(frozen=True)
@@ -120,16 +136,16 @@ def gemm_flops_bytes(
     *,
     act_bytes: float,
     weight_bytes: float | None = None,
-    m_tile: int = GEMM_M_TILE,
+    max_tile: int = GEMM_M_TILE,
 ) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """Executed FLOPs (2·m_pad·n·k) and HBM bytes (A, B read and C written once) of a GEMM.
 
-    ``m_pad = ceil(m / m_tile) * m_tile``: the tile rows are computed even when empty.
+    ``m_pad = padded_rows(m)``: a tile's rows are computed even when empty.
     """
     m_ = np.asarray(m, dtype=np.float64)
     n_ = np.asarray(n, dtype=np.float64)
     k_ = np.asarray(k, dtype=np.float64)
     wb = act_bytes if weight_bytes is None else weight_bytes
-    flops = 2.0 * (np.ceil(m_ / m_tile) * m_tile) * n_ * k_
+    flops = 2.0 * padded_rows(m_, max_tile=max_tile) * n_ * k_
     bytes_ = act_bytes * (m_ * k_ + m_ * n_) + wb * k_ * n_
     return flops, bytes_

@@ -15,7 +15,7 @@ Assumptions, stated once:
   expanded form.
 * MoE routing is uniform when costing a whole model: with ``T`` tokens and top-``k``
   of ``E`` experts, ``E·(1 - (1 - k/E)^T)`` experts are activated on average, each with
-  ``T·k / G`` tokens padded to 128-row tiles. Skewed routing and expert-parallel
+  ``T·k / G`` tokens padded to the kernel's row tile (``hardware.roofline.padded_rows``). Skewed routing and expert-parallel
   dispatch are modeled in ``solvers.dispatch``.
 * Norms, activation, residual adds and RoPE are one elementwise group per layer.
 """
@@ -28,7 +28,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from hardware.roofline import GEMM_M_TILE, gemm_flops_bytes
+from hardware.roofline import gemm_flops_bytes, padded_rows
 from perfmodel.batch import Batch
 from perfmodel.model import ModelSpec
 from perfmodel.parallel import ParallelPlan
@@ -150,7 +150,7 @@ def mlp_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op]:
         active = E * (1.0 - (1.0 - k / E) ** T)
         rows = T * k
         per_expert = np.where(active > 0, rows / np.maximum(active, 1e-12), 0.0)
-        padded = active * np.ceil(per_expert / GEMM_M_TILE) * GEMM_M_TILE
+        padded = active * padded_rows(per_expert)
         mats = up + 1
         expert_w = mats * h * inter
         flops = 2.0 * padded * expert_w
