@@ -15,8 +15,8 @@ Assumptions, stated once:
   expanded form.
 * MoE routing is uniform when costing a whole model: with ``T`` tokens and top-``k``
   of ``E`` experts, ``E·(1 - (1 - k/E)^T)`` experts are activated on average, each with
-  ``T·k / G`` tokens padded to the kernel's row tile (``hardware.roofline.padded_rows``). Skewed routing and expert-parallel
-  dispatch are modeled in ``solvers.dispatch``.
+  ``T·k / G`` tokens padded to the kernel's row tile (``hardware.roofline.padded_rows``).
+  Skewed routing and expert-parallel dispatch are modeled in ``solvers.dispatch``.
 * Norms, activation, residual adds and RoPE are one elementwise group per layer.
 """
 
