@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from cli import estimate_cmd, hardware_cmd, model_cmd, predict_cmd
+from cli import (
+    cache_cmd,
+    capacity_cmd,
+    estimate_cmd,
+    hardware_cmd,
+    model_cmd,
+    predict_cmd,
+)
 
 app = typer.Typer(
     name="perfmodel",
@@ -17,6 +24,9 @@ app.add_typer(hardware_cmd.app, name="hardware")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(predict_cmd.app, name="predict")
 app.command("estimate")(estimate_cmd.estimate_cmd)
+app.add_typer(cache_cmd.app, name="cache")
+app.command("capacity")(capacity_cmd.capacity_cmd)
+app.command("simulate")(capacity_cmd.simulate_cmd)
 
 
 def main() -> None:

@@ -1,0 +1,44 @@
+"""Simulator speed: 100,000 requests per configuration and load (prints wall time).
+
+python benchmarks/bench_simulate.py
+"""
+
+from __future__ import annotations
+
+import time
+
+from hardware.device import load_device
+from perfmodel import queueing as q
+from perfmodel.model import load_model
+from perfmodel.parallel import ParallelPlan
+from perfmodel.simulate import make_setup, simulate_workload
+from perfmodel.workload import preset
+
+N = 100_000
+
+
+def main() -> None:
+    for mid, dev, tp in (("llama-3.1-8b", "h100-sxm", 1), ("mixtral-8x7b", "a100-sxm-80gb", 2)):
+        for wl in ("chat", "code"):
+            m, d, plan, w = load_model(mid), load_device(dev), ParallelPlan(tp=tp), preset(wl)
+            sr = q.service_rate(m, d, plan, w)
+            t0 = time.perf_counter()
+            setup = make_setup(
+                m, d, plan, kv_capacity_tokens=sr.kv_capacity_tokens, max_batched_tokens=8192
+            )
+            t_table = time.perf_counter() - t0
+            for u in (0.3, 0.8, 1.2):
+                t0 = time.perf_counter()
+                r = simulate_workload(
+                    setup, w.lengths, w.arrivals(u * sr.rate_per_s), n_requests=N, seed=0
+                )
+                dt = time.perf_counter() - t0
+                print(
+                    f"{mid:14s} {tp}x{dev:14s} {wl:4s} ρ={u:.1f}: {N} requests, "
+                    f"{r.iterations:>9,} iterations in {dt:5.1f} s "
+                    f"({dt / r.iterations * 1e6:4.1f} µs/iteration; table {t_table * 1e3:.0f} ms)"
+                )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,310 @@
+"""``perfmodel cache plan|curve``: split device memory among KV, expert cache and adapters."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+
+app = typer.Typer(
+    help="Memory budgets: KV cache vs offloaded-expert cache vs LoRA adapters.",
+    no_args_is_help=True,
+)
+
+Model = Annotated[str, typer.Option(help="Model id or config.json path.")]
+Hardware = Annotated[str, typer.Option(help="Device id or TOML path.")]
+Tp = Annotated[int, typer.Option(help="Tensor-parallel degree.")]
+WorkloadOpt = Annotated[str, typer.Option("--workload", help="Preset: chat | code.")]
+Trace = Annotated[Path | None, typer.Option(help="Trace CSV (overrides --workload).")]
+Rate = Annotated[float, typer.Option("--rate-per-s", help="Arrival rate (requests/s).")]
+Ttft = Annotated[float, typer.Option("--ttft-slo-ms", help="TTFT target (ms).")]
+Tpot = Annotated[float, typer.Option("--tpot-slo-ms", help="TPOT target (ms).")]
+Pct = Annotated[float, typer.Option(help="SLO percentile (0-1).")]
+Goal = Annotated[float, typer.Option(help="Fraction of requests that must meet the SLO.")]
+Objective = Annotated[str, typer.Option(help="goodput (SLO goodput at the rate) | tpot.")]
+Budget = Annotated[
+    float | None, typer.Option("--budget-gib", help="Device memory to split (default 90% HBM).")
+]
+MaxTok = Annotated[int, typer.Option(help="Token budget per iteration.")]
+Offload = Annotated[bool, typer.Option(help="Keep routed experts in host memory, cache some.")]
+ExpDtype = Annotated[str, typer.Option(help="Precision of cached experts (bf16, fp8, int4).")]
+ExpZipf = Annotated[float, typer.Option(help="Zipf exponent of expert popularity (0 = uniform).")]
+ExpCounts = Annotated[
+    Path | None, typer.Option(help="Recorded routing counts CSV (step,layer,e0,...).")
+]
+ExpPolicy = Annotated[str, typer.Option(help="Expert cache policy: lru | static.")]
+LowDtype = Annotated[
+    str | None, typer.Option(help="Low-precision fallback for missed experts (e.g. int4).")
+]
+LowFrac = Annotated[float, typer.Option(help="Fraction of misses loaded in low precision.")]
+Prefetch = Annotated[float, typer.Option(help="Fraction of misses prefetched (overlapped).")]
+Adapters = Annotated[int, typer.Option(help="LoRA adapters in the catalog (0 = none).")]
+Rank = Annotated[int, typer.Option(help="LoRA rank.")]
+AdZipf = Annotated[float, typer.Option(help="Zipf exponent of adapter popularity.")]
+AdSource = Annotated[str, typer.Option(help="Where missed adapters come from: host | nvme.")]
+NvmeGbps = Annotated[
+    float, typer.Option("--nvme-gb-per-s", help="NVMe read bandwidth (GB/s, decimal).")
+]
+Levels = Annotated[int, typer.Option(help="Grid levels for this pool.")]
+
+
+def _spec(**o: Any) -> Any:
+    from hardware.device import load_device
+    from perfmodel.hitrate import activation_from_counts
+    from perfmodel.model import load_model
+    from perfmodel.paging import SOURCES, nvme_link
+    from perfmodel.parallel import ParallelPlan
+    from perfmodel.routing import load_counts_csv
+    from perfmodel.units import GIGA, GiB, from_ms
+    from perfmodel.workload import SLO, Workload, load_trace, preset
+    from solvers.cache_budget import CacheBudgetSpec, popularity_activation
+
+    for name in ("tp", "max_batched_tokens", "kv_levels", "expert_levels", "adapter_levels"):
+        if o[name] < 1:
+            raise fail(f"--{name.replace('_', '-')} must be a positive integer, got {o[name]}")
+    if o["adapter_source"] not in SOURCES:
+        raise fail(f"--adapter-source must be one of {', '.join(SOURCES)}")
+    m = load_model(o["model"])
+    d = load_device(o["hardware"])
+    wl = Workload.from_trace(load_trace(o["trace"])) if o["trace"] else preset(o["workload"])
+    act = None
+    if o["offload_experts"] and m.moe is not None:
+        if o["expert_counts"]:
+            rec = load_counts_csv(
+                o["expert_counts"], num_experts=m.moe.num_experts, top_k=m.moe.top_k
+            )
+            act = activation_from_counts(rec.counts, rec.tokens)
+        else:
+            act = popularity_activation(m, o["expert_zipf"])
+    return CacheBudgetSpec(
+        model=m,
+        device=d,
+        plan=ParallelPlan(tp=o["tp"]),
+        workload=wl,
+        rate_per_s=o["rate_per_s"],
+        slo=SLO(from_ms(o["ttft_slo_ms"]), from_ms(o["tpot_slo_ms"]), o["percentile"], o["goal"]),
+        objective=o["objective"],
+        max_batched_tokens=o["max_batched_tokens"],
+        budget_bytes=None if o["budget_gib"] is None else o["budget_gib"] * GiB,
+        offload_experts=o["offload_experts"],
+        expert_cache_dtype=o["expert_cache_dtype"],
+        expert_activation=act,
+        expert_policy=o["expert_policy"],
+        low_precision_dtype=o["low_precision_dtype"],
+        low_fraction=o["low_fraction"],
+        prefetched=o["prefetched"],
+        adapters=o["adapters"],
+        adapter_rank=o["adapter_rank"],
+        adapter_zipf=o["adapter_zipf"],
+        adapter_source=o["adapter_source"],
+        nvme=nvme_link(o["nvme_gb_per_s"] * GIGA),
+        kv_levels=o["kv_levels"],
+        expert_levels=o["expert_levels"],
+        adapter_levels=o["adapter_levels"],
+    )
+
+
+def _plan(spec: Any) -> Any:
+    from solvers.cache_budget import plan_cache_budget
+
+    n = spec.kv_levels * (spec.expert_levels if spec.offload_experts else 1)
+    with typer.progressbar(length=n, label="splits", file=sys.stderr) as bar:
+        return plan_cache_budget(spec, progress=bar.update)
+
+
+def plan_dict(plan: Any) -> dict[str, Any]:
+    from perfmodel.units import GiB
+
+    ev = plan.evaluation
+    out: dict[str, Any] = {
+        "feasible": plan.feasible,
+        "objective": plan.objective_kind,
+        "objective_value": plan.objective,
+        "explanation": plan.explanation,
+        "usable_gib": plan.usable_bytes / GiB,
+        "weights_gib": plan.weights_bytes / GiB,
+        "activation_reserve_gib": plan.reserve_bytes / GiB,
+        "pool_budget_gib": plan.pool_budget_bytes / GiB,
+        "split_gib": {k: v / GiB for k, v in plan.split_bytes.items()},
+        "kv_capacity_tokens": plan.kv_capacity_tokens,
+        "experts_cached_per_layer": plan.expert_capacity,
+        "adapters_resident": plan.adapters_resident,
+        "binding_resource": plan.binding_resource,
+        "marginal_objective_per_gib": plan.marginal_per_gib,
+        "marginal_service_rate_per_s_per_gib": plan.marginal_service_rate_per_gib,
+        "solver": plan.solver,
+    }
+    if ev is not None:
+        out["at_rate"] = {
+            "stable": ev.stable,
+            "service_rate_per_s": ev.service_rate_per_s,
+            "bound": ev.binding,
+            "utilization": ev.utilization,
+            "tpot_mean_ms": ev.tpot_mean_s * 1e3,
+            "tpot_quantile_ms": ev.tpot_quantile_s * 1e3,
+            "ttft_quantile_ms": ev.ttft_quantile_s * 1e3,
+            "slo_attainment": ev.attainment,
+            "slo_goodput_per_s": ev.slo_goodput_per_s,
+            "expert_misses_per_step": ev.expert_misses_per_step,
+            "expert_fetch_ms_per_step": ev.expert_penalty_s * 1e3,
+            "adapter_hit_ratio": ev.adapter_hit_ratio,
+            "adapter_load_ms": ev.adapter_load_s * 1e3,
+        }
+    return out
+
+
+@app.command("plan")
+@handle_errors
+def plan_cmd(
+    model: Model = "mixtral-8x7b",
+    hardware: Hardware = "h100-sxm",
+    tp: Tp = 1,
+    workload: WorkloadOpt = "chat",
+    trace: Trace = None,
+    rate_per_s: Rate = 1.0,
+    ttft_slo_ms: Ttft = 2000.0,
+    tpot_slo_ms: Tpot = 100.0,
+    percentile: Pct = 0.9,
+    goal: Goal = 0.9,
+    objective: Objective = "goodput",
+    budget_gib: Budget = None,
+    max_batched_tokens: MaxTok = 8192,
+    offload_experts: Offload = False,
+    expert_cache_dtype: ExpDtype = "bf16",
+    expert_zipf: ExpZipf = 1.0,
+    expert_counts: ExpCounts = None,
+    expert_policy: ExpPolicy = "lru",
+    low_precision_dtype: LowDtype = None,
+    low_fraction: LowFrac = 0.0,
+    prefetched: Prefetch = 0.0,
+    adapters: Adapters = 0,
+    adapter_rank: Rank = 16,
+    adapter_zipf: AdZipf = 1.0,
+    adapter_source: AdSource = "host",
+    nvme_gb_per_s: NvmeGbps = 7.0,
+    kv_levels: Levels = 6,
+    expert_levels: Levels = 5,
+    adapter_levels: Levels = 5,
+    json_out: bool = JsonOpt,
+) -> None:
+    """Choose the KV / expert-cache / adapter split that serves the rate best."""
+    spec = _spec(**locals())
+    plan = _plan(spec)
+    d = plan_dict(plan)
+    if json_out:
+        echo_json(d)
+        return
+    head = f"{spec.model.id} on {spec.plan.tp}x {spec.device.id}, {spec.workload.name} at "
+    typer.echo(head + f"{spec.rate_per_s:g} req/s")
+    if not plan.feasible:
+        typer.echo(f"  infeasible: {plan.explanation}")
+        return
+    typer.echo(
+        f"  budget {d['pool_budget_gib']:.2f} GiB after weights {d['weights_gib']:.2f} GiB and "
+        f"activation reserve {d['activation_reserve_gib']:.2f} GiB"
+    )
+    rows = [[k, f"{v:.2f}"] for k, v in d["split_gib"].items()]
+    typer.echo(table(rows, ["pool", "GiB"]))
+    a = d["at_rate"]
+    typer.echo(
+        f"  KV {plan.kv_capacity_tokens:,} tokens; experts cached/layer {plan.expert_capacity:g}; "
+        f"adapters resident {plan.adapters_resident:g}"
+    )
+    typer.echo(f"  {plan.explanation}")
+    typer.echo(
+        f"  TPOT mean {a['tpot_mean_ms']:.1f} ms, p{percentile * 100:g} TTFT "
+        f"{a['ttft_quantile_ms']:.0f} ms, SLO attainment {a['slo_attainment']:.1%}"
+    )
+    typer.echo(f"  binding resource: {plan.binding_resource}")
+    rows = [
+        [k, plan.marginal_per_gib[k], plan.marginal_service_rate_per_gib[k]]
+        for k in plan.marginal_per_gib
+    ]
+    typer.echo(table(rows, ["pool", f"Δ{objective} per GiB", "Δμ req/s per GiB"]))
+
+
+@app.command("curve")
+@handle_errors
+def curve_cmd(
+    out: Annotated[Path, typer.Option(help="Output HTML file.")],
+    force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
+    model: Model = "mixtral-8x7b",
+    hardware: Hardware = "h100-sxm",
+    tp: Tp = 1,
+    workload: WorkloadOpt = "chat",
+    trace: Trace = None,
+    rate_per_s: Rate = 1.0,
+    ttft_slo_ms: Ttft = 2000.0,
+    tpot_slo_ms: Tpot = 100.0,
+    percentile: Pct = 0.9,
+    goal: Goal = 0.9,
+    objective: Objective = "goodput",
+    budget_gib: Budget = None,
+    max_batched_tokens: MaxTok = 8192,
+    offload_experts: Offload = False,
+    expert_cache_dtype: ExpDtype = "bf16",
+    expert_zipf: ExpZipf = 1.0,
+    expert_counts: ExpCounts = None,
+    expert_policy: ExpPolicy = "lru",
+    low_precision_dtype: LowDtype = None,
+    low_fraction: LowFrac = 0.0,
+    prefetched: Prefetch = 0.0,
+    adapters: Adapters = 0,
+    adapter_rank: Rank = 16,
+    adapter_zipf: AdZipf = 1.0,
+    adapter_source: AdSource = "host",
+    nvme_gb_per_s: NvmeGbps = 7.0,
+    kv_levels: Levels = 6,
+    expert_levels: Levels = 5,
+    adapter_levels: Levels = 5,
+) -> None:
+    """Write goodput/TPOT over the split grid and hit ratio vs cache size as HTML."""
+    if out.exists() and not force:
+        raise fail(f"{out} exists; pass --force to overwrite it")
+    o = dict(locals())
+    del o["out"], o["force"]
+    spec = _spec(**o)
+    plan = _plan(spec)
+    html = _curve_html(spec, plan)
+    write_atomic(out, html, force=force)
+    typer.echo(f"wrote {out}")
+
+
+def _curve_html(spec: Any, plan: Any) -> str:
+    import numpy as np
+
+    from perfmodel.hitrate import che_lru, che_lru_steps, static_hit_ratio, step_activation
+    from reports.cache_plot import HitCurve, cache_figure, figure_html
+
+    curves = []
+    if spec.offload_experts and spec.expert_activation is not None:
+        e = spec.model.moe.num_experts
+        sizes = np.unique(np.linspace(0, e, min(e, 32) + 1).round())
+        a = step_activation(spec.expert_activation, 1.0)
+        curves.append(
+            HitCurve(
+                "experts, LRU (Che), 1 token/step",
+                sizes,
+                np.array([che_lru_steps(a, c).hit_ratio for c in sizes]),
+            )
+        )
+        curves.append(
+            HitCurve(
+                "experts, static top-C", sizes, np.array([static_hit_ratio(a, c) for c in sizes])
+            )
+        )
+    if spec.adapters:
+        from perfmodel.hitrate import zipf_popularity
+
+        p = zipf_popularity(spec.adapters, spec.adapter_zipf)
+        sizes = np.unique(np.geomspace(1, spec.adapters, 30).round())
+        curves.append(
+            HitCurve(
+                "adapters, LRU (Che)", sizes, np.array([che_lru(p, c).hit_ratio for c in sizes])
+            )
+        )
+    return figure_html(cache_figure(plan, curves))

@@ -1,0 +1,374 @@
+"""Stability, service rate, latency, goodput and sizing of LLM serving instances.
+
+Public API (stable; other modules build on it):
+
+* :func:`service_rate` -> :class:`ServiceRate`: the largest stable request rate ``μ`` of
+  one instance (model on ``plan.tp`` devices) under continuous batching with chunked
+  prefill, as the minimum of two necessary bounds:
+
+  - compute (Li–Dai–Peng, arXiv 2504.07347, Thm 2): a work-conserving engine processes
+    at most ``b_max / t_{b_max}`` tokens/s, so ``μ_compute = B / (t_full·(E[s]+E[o]−1))``
+    with ``t_full`` the step time of a full budget of ``B`` tokens at the saturated mix;
+  - KV memory (Nie–Si–Zhou, arXiv 2605.04595): ``μ_memory = M / (b̄·E[g(s,o)])`` with
+    ``b̄`` the step time of the iteration in which the resident KV fills ``M`` tokens
+    (``M/E[g]`` requests complete per iteration there, see ``servemix``).
+
+  ``μ = min``; the smaller names the binding bound; ``δ = max(s+o)/M`` and
+  ``μ(1 − δ)`` is the rate below which every work-conserving policy is stable.
+* :func:`stability` -> :class:`Stability`: verdict, utilization ``λ/μ`` and margin.
+* :func:`latency` -> :class:`perfmodel.latency.LatencyEstimate`: TTFT/TPOT means and
+  p50/p90/p99 at a rate.
+* :func:`slo_attainment`, :func:`goodput` -> :class:`Goodput`: SLO checks and the
+  largest rate meeting the attainment goal.
+* :func:`instances_needed` -> :class:`Sizing`: instances for an arrival rate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from hardware.device import Device
+from perfmodel.classic_queues import nie_memory_rate_per_s, work_conserving_capacity_tokens_per_s
+from perfmodel.errors import InfeasibleError, SpecError
+from perfmodel.latency import LatencyEstimate, estimate_latency
+from perfmodel.memory import DEFAULT_MAX_BATCHED_TOKENS, describe_shortfall, memory_fit
+from perfmodel.model import ModelSpec
+from perfmodel.parallel import ParallelPlan
+from perfmodel.servemix import RequestMoments, mix_batch, request_moments
+from perfmodel.step import step_time
+from perfmodel.workload import SLO, Workload, check_rate
+
+__all__ = [
+    "SLO",
+    "Goodput",
+    "LatencyEstimate",
+    "ServiceRate",
+    "Sizing",
+    "Stability",
+    "goodput",
+    "instances_needed",
+    "latency",
+    "service_rate",
+    "slo_attainment",
+    "stability",
+]
+
+
+@dataclass(frozen=True)
+class ServiceRate:
+    """The stable service rate of one instance and what bounds it."""
+
+    model: ModelSpec
+    device: Device
+    plan: ParallelPlan
+    workload: Workload
+    rate_per_s: float  # μ = min(compute, memory)
+    compute_rate_per_s: float
+    memory_rate_per_s: float
+    binding: str  # "compute" | "memory"
+    delta: float  # max(s+o)/M
+    guaranteed_rate_per_s: float  # μ·(1 − δ), 0 if δ >= 1
+    kv_capacity_tokens: int
+    max_batched_tokens: int
+    chunk_size: int
+    full_step_s: float  # iteration time of a full token budget at the saturated mix
+    memory_step_s: float  # b̄: iteration time when the KV is full
+    capacity_tokens_per_s: float  # B / t_full (Li–Dai–Peng)
+    moments: RequestMoments
+
+    @property
+    def largest_request_fits(self) -> bool:
+        return self.delta < 1.0
+
+    @property
+    def devices(self) -> int:
+        return self.plan.tp
+
+
+@dataclass(frozen=True)
+class Stability:
+    """Verdict at an arrival rate λ."""
+
+    rate_per_s: float
+    service: ServiceRate
+    utilization: float  # λ/μ
+    stable: bool  # λ < μ (λ > μ is unstable under any policy)
+    guaranteed: bool  # λ < μ(1 − δ): stable under every work-conserving policy
+    margin: float  # 1 − λ/μ, negative when unstable
+    headroom_rate_per_s: float  # μ − λ
+
+    @property
+    def explanation(self) -> str:
+        sv = self.service
+        bound = (
+            f"{sv.binding}-bound: μ = {sv.rate_per_s:.3g} req/s "
+            f"(compute {sv.compute_rate_per_s:.3g}, KV memory {sv.memory_rate_per_s:.3g})"
+        )
+        if not sv.largest_request_fits:
+            return (
+                f"unstable: the largest request ({sv.moments.max_total_tokens} tokens) exceeds "
+                f"the KV capacity of {sv.kv_capacity_tokens} tokens; {bound}"
+            )
+        if not self.stable:
+            return (
+                f"unstable: λ = {self.rate_per_s:.3g} req/s exceeds {bound}; the queue grows "
+                f"by {-self.headroom_rate_per_s:.3g} req/s"
+            )
+        return f"stable at utilization {self.utilization:.0%} ({self.margin:.0%} margin); {bound}"
+
+
+def _kv_capacity(
+    model: ModelSpec, device: Device, plan: ParallelPlan, max_batched_tokens: int
+) -> int:
+    fit = memory_fit(model, device, plan, max_batched_tokens=max_batched_tokens)
+    if fit.kv_capacity_tokens <= 0:
+        raise InfeasibleError(
+            describe_shortfall(fit, model, device, plan.tp).replace("needs", "weights need")
+            + "; no room for a KV cache"
+        )
+    return fit.kv_capacity_tokens
+
+
+def service_rate(
+    model: ModelSpec,
+    device: Device,
+    plan: ParallelPlan,
+    workload: Workload,
+    *,
+    kv_capacity_tokens: int | None = None,
+    max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
+    chunk_size: int | None = None,
+) -> ServiceRate:
+    """The stable service rate ``μ`` of one instance (see the module docstring).
+
+    Parameters
+    ----------
+    kv_capacity_tokens
+        ``M``; default from ``perfmodel.memory.memory_fit`` (vLLM-like 90 % of HBM minus
+        weights and the activation reserve of ``max_batched_tokens``).
+    max_batched_tokens
+        ``B``: token budget per iteration (vLLM ``max_num_batched_tokens``).
+    chunk_size
+        Largest prefill chunk of one request per iteration (vLLM
+        ``long_prefill_token_threshold``); default ``B``.
+    """
+    for name, v in (("max_batched_tokens", max_batched_tokens), ("chunk_size", chunk_size)):
+        if v is not None and not (isinstance(v, int | np.integer) and v >= 1):
+            raise SpecError(f"{name} must be a positive integer, got {v!r}")
+    B = int(max_batched_tokens)
+    chunk = int(min(chunk_size or B, B))
+    if kv_capacity_tokens is None:
+        M = _kv_capacity(model, device, plan, B)
+    elif not (isinstance(kv_capacity_tokens, int | np.integer) and kv_capacity_tokens >= 1):
+        raise SpecError(
+            f"kv_capacity_tokens must be a positive integer, got {kv_capacity_tokens!r}"
+        )
+    else:
+        M = int(kv_capacity_tokens)
+    m = request_moments(workload.lengths, chunk)
+    r_compute = B / m.tokens
+    r_memory = M / m.lifetime_kv_token_steps
+    t = step_time(model, device, mix_batch(np.array([r_compute, r_memory]), m), plan=plan).total_s
+    t_full, t_mem = float(t[0]), float(t[1])
+    mu_c = work_conserving_capacity_tokens_per_s(B, t_full) / m.tokens
+    mu_m = nie_memory_rate_per_s(M, t_mem, m.lifetime_kv_token_steps)
+    mu = min(mu_c, mu_m)
+    delta = m.max_total_tokens / M
+    return ServiceRate(
+        model=model,
+        device=device,
+        plan=plan,
+        workload=workload,
+        rate_per_s=mu,
+        compute_rate_per_s=mu_c,
+        memory_rate_per_s=mu_m,
+        binding="compute" if mu_c <= mu_m else "memory",
+        delta=delta,
+        guaranteed_rate_per_s=mu * max(0.0, 1.0 - delta),
+        kv_capacity_tokens=M,
+        max_batched_tokens=B,
+        chunk_size=chunk,
+        full_step_s=t_full,
+        memory_step_s=t_mem,
+        capacity_tokens_per_s=B / t_full,
+        moments=m,
+    )
+
+
+def stability(service: ServiceRate, rate_per_s: float) -> Stability:
+    """Stable iff ``λ < μ`` (and the largest request fits in the KV cache)."""
+    check_rate(rate_per_s)
+    mu = service.rate_per_s
+    stable = rate_per_s < mu and service.largest_request_fits
+    return Stability(
+        rate_per_s=rate_per_s,
+        service=service,
+        utilization=rate_per_s / mu,
+        stable=stable,
+        guaranteed=rate_per_s < service.guaranteed_rate_per_s,
+        margin=1.0 - rate_per_s / mu,
+        headroom_rate_per_s=mu - rate_per_s,
+    )
+
+
+def latency(service: ServiceRate, rate_per_s: float) -> LatencyEstimate:
+    """TTFT and TPOT (means, p50/p90/p99) at ``rate_per_s`` (see ``perfmodel.latency``)."""
+    st = stability(service, rate_per_s)
+    return estimate_latency(
+        service.model,
+        service.device,
+        service.plan,
+        service.workload.lengths,
+        service.moments,
+        rate_per_s=rate_per_s,
+        kv_capacity_tokens=service.kv_capacity_tokens,
+        max_batched_tokens=service.max_batched_tokens,
+        arrival_cv=service.workload.arrival_cv,
+        full_step_s=service.full_step_s,
+        stable=st.stable,
+    )
+
+
+@dataclass(frozen=True)
+class Attainment:
+    """SLO check at one rate."""
+
+    rate_per_s: float
+    attainment: float  # P(TTFT ≤ target)·P(TPOT ≤ target) (independence approximation)
+    ttft_quantile_s: float  # at slo.percentile
+    tpot_quantile_s: float
+    meets_percentiles: bool
+    meets_goal: bool
+
+
+def slo_attainment(est: LatencyEstimate, slo: SLO) -> Attainment:
+    """Fraction of requests meeting both targets, and the percentile check."""
+    a = est.ttft_cdf(slo.ttft_s) * est.tpot_cdf(slo.tpot_s) if est.stable else 0.0
+    tq = est.ttft_quantile_s(slo.percentile)
+    pq = est.tpot_quantile_s(slo.percentile)
+    return Attainment(
+        rate_per_s=est.rate_per_s,
+        attainment=a,
+        ttft_quantile_s=tq,
+        tpot_quantile_s=pq,
+        meets_percentiles=tq <= slo.ttft_s and pq <= slo.tpot_s,
+        meets_goal=a >= slo.goal,
+    )
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """Largest rate meeting the SLO goal; when none does, the best achievable."""
+
+    feasible: bool
+    rate_per_s: float  # 0 when infeasible
+    per_device_rate_per_s: float
+    slo: SLO
+    at_goodput: Attainment | None
+    best_attainment: float  # at a vanishing rate
+    best_ttft_quantile_s: float  # at a vanishing rate, at slo.percentile
+    best_tpot_quantile_s: float
+    explanation: str
+
+
+def goodput(service: ServiceRate, slo: SLO, *, rel_tol: float = 1e-3) -> Goodput:
+    """Bisection on λ in (0, μ) for the largest rate with attainment ≥ ``slo.goal``."""
+    mu = service.rate_per_s
+    lo_rate = mu * 1e-4
+    low = slo_attainment(latency(service, lo_rate), slo)
+    if not low.meets_goal or not service.largest_request_fits:
+        what = []
+        if low.ttft_quantile_s > slo.ttft_s:
+            what.append(f"p{slo.percentile * 100:g} TTFT {low.ttft_quantile_s * 1e3:.1f} ms")
+        if low.tpot_quantile_s > slo.tpot_s:
+            what.append(f"p{slo.percentile * 100:g} TPOT {low.tpot_quantile_s * 1e3:.2f} ms")
+        return Goodput(
+            feasible=False,
+            rate_per_s=0.0,
+            per_device_rate_per_s=0.0,
+            slo=slo,
+            at_goodput=None,
+            best_attainment=low.attainment,
+            best_ttft_quantile_s=low.ttft_quantile_s,
+            best_tpot_quantile_s=low.tpot_quantile_s,
+            explanation=(
+                f"no rate meets the SLO on this configuration: even unloaded, attainment is "
+                f"{low.attainment:.1%} < goal {slo.goal:.0%}"
+                + (f" (best achievable {', '.join(what)})" if what else "")
+            ),
+        )
+    lo, hi = lo_rate, mu
+    best = low
+    while hi - lo > rel_tol * mu:
+        mid = 0.5 * (lo + hi)
+        a = slo_attainment(latency(service, mid), slo)
+        if a.meets_goal:
+            lo, best = mid, a
+        else:
+            hi = mid
+    return Goodput(
+        feasible=True,
+        rate_per_s=lo,
+        per_device_rate_per_s=lo / service.devices,
+        slo=slo,
+        at_goodput=best,
+        best_attainment=low.attainment,
+        best_ttft_quantile_s=low.ttft_quantile_s,
+        best_tpot_quantile_s=low.tpot_quantile_s,
+        explanation=(
+            f"goodput {lo:.3g} req/s per instance ({lo / mu:.0%} of μ); attainment "
+            f"{best.attainment:.1%} there"
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """Instances (each ``tp`` devices) for an arrival rate."""
+
+    rate_per_s: float
+    instances: int  # recommended: meets target utilization (and goodput when given)
+    devices: int
+    necessary_instances: int  # smallest N with λ/N < μ
+    guaranteed_instances: int  # Nie et al.'s sufficient N ≥ λ/(μ(1−δ)); 0 if δ ≥ 1
+    utilization: float  # λ/(N·μ) at the recommendation
+    limited_by: str  # "utilization" | "goodput"
+
+
+def instances_needed(
+    service: ServiceRate,
+    rate_per_s: float,
+    *,
+    target_utilization: float = 0.8,
+    goodput_per_instance_per_s: float | None = None,
+) -> Sizing:
+    """``N = ⌈λ / (ρ_target·μ)⌉``, raised to ``⌈λ/goodput⌉`` when a goodput is given.
+
+    Replicas are independent (round-robin or join-shortest-queue load balancing), so N
+    instances serve ``N·μ`` (Nie et al. §cluster sizing).
+    """
+    check_rate(rate_per_s)
+    if not 0 < target_utilization <= 1:
+        raise SpecError(f"target utilization must be in (0, 1], got {target_utilization}")
+    mu = service.rate_per_s
+    n_util = max(1, math.ceil(rate_per_s / (target_utilization * mu) - 1e-12))
+    n, limited = n_util, "utilization"
+    if goodput_per_instance_per_s is not None:
+        if goodput_per_instance_per_s <= 0:
+            raise InfeasibleError("the SLO cannot be met on this configuration at any rate")
+        n_g = max(1, math.ceil(rate_per_s / goodput_per_instance_per_s - 1e-12))
+        if n_g > n:
+            n, limited = n_g, "goodput"
+    g = service.guaranteed_rate_per_s
+    return Sizing(
+        rate_per_s=rate_per_s,
+        instances=n,
+        devices=n * service.devices,
+        necessary_instances=math.floor(rate_per_s / mu) + 1,
+        guaranteed_instances=math.ceil(rate_per_s / g - 1e-12) if g > 0 else 0,
+        utilization=rate_per_s / (n * mu),
+        limited_by=limited,
+    )

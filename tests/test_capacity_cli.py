@@ -1,0 +1,60 @@
+"""``perfmodel capacity`` / ``simulate`` through Typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from cli.main import app
+
+runner = CliRunner()
+
+
+def test_capacity_defaults_json() -> None:
+    r = runner.invoke(app, ["capacity", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["binding"] in ("compute", "memory")
+    assert d["service_rate_per_s"] == min(d["compute_rate_per_s"], d["memory_rate_per_s"])
+    assert d["stable"] and abs(d["utilization"] - 0.7) < 1e-9  # default rate: 0.7·μ
+    lat = d["latency"]
+    assert lat["ttft_p50_ms"] <= lat["ttft_p90_ms"] <= lat["ttft_p99_ms"]
+    assert d["sizing"]["instances"] == 1
+
+
+def test_capacity_unstable_rate_is_a_result() -> None:
+    r = runner.invoke(app, ["capacity", "--rate-per-s", "500", "--json"])
+    assert r.exit_code == 0
+    d = json.loads(r.output)
+    assert not d["stable"] and d["margin"] < 0
+    assert d["latency"]["ttft_mean_ms"] is None  # unbounded -> null, never NaN
+    assert d["sizing"]["necessary_instances"] >= 500 / d["service_rate_per_s"]
+
+
+def test_capacity_bad_input_exits_2(tmp_path: Path) -> None:
+    r = runner.invoke(app, ["capacity", "--rate-per-s", "-1"])
+    assert r.exit_code == 2 and "arrival rate must be a positive" in r.output
+    bad = tmp_path / "t.csv"
+    bad.write_text("input_tokens,output_tokens\n10,5\n10,x\n")
+    r = runner.invoke(app, ["capacity", "--trace", str(bad)])
+    assert r.exit_code == 2 and "t.csv:3" in r.output
+    r = runner.invoke(app, ["capacity", "--workload", "nope"])
+    assert r.exit_code == 2 and "unknown workload" in r.output
+
+
+def test_capacity_infeasible_slo_says_best() -> None:
+    r = runner.invoke(app, ["capacity", "--ttft-slo-ms", "1", "--json"])
+    assert r.exit_code == 0
+    g = json.loads(r.output)["goodput"]
+    assert not g["feasible"] and "best achievable p90 TTFT" in g["explanation"]
+
+
+def test_simulate_json() -> None:
+    r = runner.invoke(app, ["simulate", "--requests", "1500", "--seed", "3", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["completed"] == 1500 and d["rejected"] == 0
+    assert d["ttft"]["p50_ms"] <= d["ttft"]["p99_ms"]
+    assert abs(d["throughput_per_s"] / d["rate_per_s"] - 1) < 0.1
