@@ -7,6 +7,7 @@ import typer
 from cli import (
     cache_cmd,
     capacity_cmd,
+    dispatch_cmd,
     estimate_cmd,
     hardware_cmd,
     model_cmd,
@@ -24,6 +25,7 @@ app.add_typer(hardware_cmd.app, name="hardware")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(predict_cmd.app, name="predict")
 app.command("estimate")(estimate_cmd.estimate_cmd)
+app.add_typer(dispatch_cmd.app, name="dispatch")
 app.add_typer(cache_cmd.app, name="cache")
 app.command("capacity")(capacity_cmd.capacity_cmd)
 app.command("simulate")(capacity_cmd.simulate_cmd)

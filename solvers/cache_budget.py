@@ -29,8 +29,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
-import sys
 from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
@@ -62,6 +60,7 @@ from perfmodel.step import step_time
 from perfmodel.steptable import StepTable
 from perfmodel.units import GiB, MiB
 from perfmodel.workload import SLO, Workload, check_rate
+from solvers.pulp_solver import pulp_solver
 
 Arr = NDArray[np.float64]
 OBJECTIVES = ("goodput", "tpot")
@@ -117,36 +116,6 @@ def brute_force_split(problem: SplitProblem) -> SplitSolution:
     )
 
 
-def _mute_highs_banner() -> None:
-    """highspy prints a banner from C on its first ``Highs()`` even with output off, which
-    would corrupt ``--json``; create that first instance with fd 1 pointed at /dev/null."""
-    try:
-        import highspy
-    except ImportError:  # pragma: no cover - CBC fallback
-        return
-    sys.stdout.flush()
-    saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(null, 1)
-        highspy.Highs()
-    finally:
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(null)
-
-
-def _solver(time_limit_s: float) -> object:
-    import pulp
-
-    s = pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=1e-9, gapAbs=1e-12)
-    if s.available():
-        if not _BANNER_MUTED:
-            _mute_highs_banner()
-            _BANNER_MUTED.append(True)
-        return s
-    return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=1e-9)  # pragma: no cover
-
-
 def solve_split(problem: SplitProblem, *, time_limit_s: float = 20.0) -> SplitSolution:
     """The MILP of the module docstring; infeasibility is a result, not an exception."""
     import pulp
@@ -190,7 +159,7 @@ def solve_split(problem: SplitProblem, *, time_limit_s: float = 20.0) -> SplitSo
         <= problem.budget_bytes / scale + 1e-12,
         "memory_budget",
     )
-    prob.solve(_solver(time_limit_s))
+    prob.solve(pulp_solver(time_limit_s)[0])
     status = pulp.LpStatus[prob.status]
     if status == "Infeasible":
         return SplitSolution(

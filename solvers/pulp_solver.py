@@ -1,0 +1,45 @@
+"""The one place solvers choose and configure a MILP backend for PuLP.
+
+HiGHS (through ``highspy``) by default, CBC as the fallback; always a time limit.
+PuLP and highspy are imported lazily so that CLI start-up stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+_BANNER_MUTED: list[bool] = []
+
+
+def _mute_highs_banner() -> None:
+    """highspy prints a banner from C on its first ``Highs()`` even with output off, which
+    would corrupt ``--json`` output: create that first instance with fd 1 on /dev/null."""
+    if _BANNER_MUTED:
+        return
+    _BANNER_MUTED.append(True)
+    try:
+        import highspy
+    except ImportError:  # pragma: no cover - CBC fallback
+        return
+    sys.stdout.flush()
+    saved, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, 1)
+        highspy.Highs()
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(null)
+
+
+def pulp_solver(time_limit_s: float, gap_rel: float = 1e-9) -> tuple[Any, str]:
+    """A PuLP solver object and its name (``"highs"`` or ``"cbc"``)."""
+    import pulp
+
+    h = pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, gapAbs=1e-12)
+    if h.available():
+        _mute_highs_banner()
+        return h, "highs"
+    return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap_rel), "cbc"

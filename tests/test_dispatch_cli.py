@@ -1,0 +1,152 @@
+"""``perfmodel dispatch solve|place|phase`` through Typer's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from perfmodel.routing import counts_csv_text, generate_batch
+
+runner = CliRunner()
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = runner.invoke(app, list(args))
+    return r.exit_code, r.stdout, r.stderr
+
+
+def test_solve_all_methods_json() -> None:
+    code, out, _ = run(
+        "dispatch",
+        "solve",
+        "--model",
+        "qwen3-235b-a22b",
+        "--tokens",
+        "4096",
+        "--skew",
+        "1.2",
+        "--gpus",
+        "8",
+        "--replicas",
+        "2",
+        "--hardware",
+        "h100-sxm",
+        "--json",
+    )
+    assert code == 0
+    d = json.loads(out)  # no solver banner on stdout
+    res = {r["method"]: r for r in d["results"]}
+    assert set(res) == {"milp", "heuristic", "token", "activated", "static", "bound"}
+    assert res["milp"]["status"] == "optimal"
+    opt = res["milp"]["makespan_s"]
+    assert res["bound"]["makespan_s"] <= opt * (1 + 1e-7)
+    for m in ("heuristic", "token", "activated", "static"):
+        assert res[m]["makespan_s"] >= opt * (1 - 1e-9)
+    assert sum(res["static"]["gpu_tokens"]) == pytest.approx(4096 * 8)
+
+
+def test_solve_from_counts_csv(tmp_path: Path) -> None:
+    f = tmp_path / "c.csv"
+    f.write_text(counts_csv_text(generate_batch(128, 8, 256, skew=1.0, layers=2, seed=1)))
+    code, out, _ = run(
+        "dispatch",
+        "solve",
+        "--model",
+        "qwen3-235b-a22b",
+        "--counts",
+        str(f),
+        "--row",
+        "1",
+        "--method",
+        "heuristic",
+        "--gpus",
+        "8",
+    )
+    assert code == 0
+    assert "c.csv row 1" in out and "heuristic" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "msg"),
+    [
+        (
+            ["--model", "deepseek-v3", "--counts", "WRONG"],
+            "128 expert columns but the model has 256",
+        ),
+        (["--model", "qwen3-235b-a22b", "--tokens", "8", "--method", "best"], "--method must"),
+        (["--model", "qwen3-235b-a22b", "--tokens", "8", "--replicas", "9"], "replicas per expert"),
+        (["--model", "llama-3.1-8b", "--tokens", "8"], "not a mixture-of-experts"),
+        (["--model", "qwen3-235b-a22b"], "give --counts CSV"),
+    ],
+)
+def test_solve_bad_input(tmp_path: Path, args: list[str], msg: str) -> None:
+    f = tmp_path / "c.csv"
+    f.write_text(counts_csv_text(generate_batch(128, 8, 64, seed=1)))
+    args = [str(f) if a == "WRONG" else a for a in args]
+    code, out, err = run("dispatch", "solve", *args)
+    assert code == 2
+    assert msg in err and "Traceback" not in err + out
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_place_json() -> None:
+    code, out, _ = run(
+        "dispatch",
+        "place",
+        "--model",
+        "qwen3-30b-a3b",
+        "--gpus",
+        "8",
+        "--slots-per-gpu",
+        "17",
+        "--tokens",
+        "64",
+        "--skew",
+        "1.2",
+        "--time-limit-s",
+        "2",
+        "--json",
+    )
+    assert code == 0
+    d = json.loads(out)
+    assert d["expected_makespan_s"] <= d["eplb_expected_makespan_s"] * (1 + 1e-9)
+    assert max(d["replicas_per_gpu"]) <= 17
+
+
+def test_place_memory_infeasible_names_gpu() -> None:
+    code, _, err = run(
+        "dispatch", "place", "--model", "qwen3-30b-a3b", "--gpus", "8", "--slots-per-gpu", "15"
+    )
+    assert code == 2
+    assert "128 experts need 128 replica slots" in err and "GPU 0" in err
+
+
+def test_phase_writes_html_and_refuses_overwrite(tmp_path: Path) -> None:
+    out = tmp_path / "phase.html"
+    args = [
+        "dispatch",
+        "phase",
+        "--model",
+        "qwen3-235b-a22b",
+        "--hardware",
+        "h200-sxm",
+        "--out",
+        str(out),
+        "--tokens-per-gpu",
+        "16,1024",
+        "--skews",
+        "1.0",
+        "--samples",
+        "1",
+    ]
+    code, text, _ = run(*args)
+    assert code == 0 and out.stat().st_size > 1_000_000
+    assert "scale-up" in text and "layer gain" in text
+    code, _, err = run(*args)
+    assert code == 2 and "exists; pass --force" in err
+    code, text, _ = run(*args, "--force", "--json")
+    assert code == 0 and len(json.loads(text)["cells"]) == 2

@@ -1,0 +1,80 @@
+"""Phase diagram: the claim's two cases (Qwen3-235B EP in a node, DeepSeek-V3 EP across
+nodes), pinned. Numbers are from the roofline-derived expert profile (n* = 295 tokens
+on H100, 206 on H200) and hardware/comm.py; they move if those change."""
+
+from __future__ import annotations
+
+import pytest
+
+from hardware.device import load_device
+from perfmodel.model import load_model
+from reports.dispatch_phase import phase_diagram, phase_figure_html
+
+
+@pytest.fixture(scope="module")
+def qwen():
+    return phase_diagram(
+        load_model("qwen3-235b-a22b"),
+        load_device("h100-sxm"),
+        num_gpus=8,
+        tokens_per_gpu=(16, 32, 1024),
+        skews=(0.5, 1.0),
+        samples=1,
+    )
+
+
+@pytest.fixture(scope="module")
+def deepseek():
+    return phase_diagram(
+        load_model("deepseek-v3"),
+        load_device("h100-sxm"),
+        num_gpus=32,
+        tokens_per_gpu=(64, 512),
+        skews=(1.0,),
+        samples=1,
+        dispatch_dtype="fp8",
+    )
+
+
+def test_qwen_in_node(qwen) -> None:
+    assert qwen.link == "scale-up" and qwen.slots_per_gpu == 18
+    assert qwen.n_star_tokens == pytest.approx(295.3, rel=0.01)
+    # Never worse than the best proxy (it starts from the token balance too).
+    assert qwen.min_layer_gain >= 0.0
+    # Weight-bound, skewed: the heuristic cuts the max activated count 18 -> 16 where
+    # METRO's greedy leaves 17-18: 10.9% of the block, 9.6% of the MoE layer.
+    c = qwen.cell(32, 0.5)
+    assert c.regime == "weights"
+    assert c.block_gain == pytest.approx(0.109, abs=0.01)
+    assert c.layer_gain == pytest.approx(0.096, abs=0.01)
+    assert c.comm_share == pytest.approx(0.134, abs=0.01)
+    # Both regimes at 1024 tokens/GPU: token balancing wins, METRO is 1.74x slower,
+    # and the makespan-aware gain over the best proxy is small (1.3% block, 0.7% layer).
+    h = qwen.cell(1024, 1.0)
+    assert h.regime == "mixed" and h.best_proxy == "token"
+    assert h.proxy_spread == pytest.approx(1.735, abs=0.05)
+    assert h.block_gain == pytest.approx(0.013, abs=0.01)
+    assert h.comm_share == pytest.approx(0.468, abs=0.02)
+    # Which proxy wins flips with the regime.
+    assert qwen.cell(16, 0.5).best_proxy == "activated"
+
+
+def test_deepseek_across_nodes_is_comm_dominated(deepseek) -> None:
+    assert deepseek.link == "scale-out" and deepseek.slots_per_gpu == 10
+    for c in deepseek.cells:
+        assert c.regime == "comm-dominated" and c.comm_share > 0.6
+        assert 0.0 <= c.layer_gain < 0.04
+    lo, hi = deepseek.cell(64, 1.0), deepseek.cell(512, 1.0)
+    assert lo.comm_share == pytest.approx(0.649, abs=0.02)
+    assert hi.comm_share == pytest.approx(0.816, abs=0.02)
+    # A 2.5% block gain at 512 tokens/GPU shrinks to 0.4% of the layer.
+    assert hi.block_gain == pytest.approx(0.025, abs=0.01)
+    assert hi.layer_gain == pytest.approx(0.004, abs=0.003)
+    assert hi.proxy_spread > 2.0  # METRO's activation balance is far off when token-bound
+
+
+def test_figure_is_self_contained(qwen, deepseek) -> None:
+    html = phase_figure_html([qwen, deepseek])
+    assert html.lstrip().lower().startswith("<!doctype html>")
+    assert '<script src="https://cdn' not in html and len(html) > 1_000_000  # inlined
+    assert "deepseek-v3 on 32x h100-sxm" in html
