@@ -11,6 +11,7 @@ from cli import (
     estimate_cmd,
     hardware_cmd,
     model_cmd,
+    pd_cmd,
     predict_cmd,
 )
 
@@ -29,6 +30,7 @@ app.add_typer(dispatch_cmd.app, name="dispatch")
 app.add_typer(cache_cmd.app, name="cache")
 app.command("capacity")(capacity_cmd.capacity_cmd)
 app.command("simulate")(capacity_cmd.simulate_cmd)
+app.add_typer(pd_cmd.app, name="pd")
 
 
 def main() -> None:

@@ -1,0 +1,254 @@
+"""``perfmodel pd``: prefill/decode disaggregation plans and phase diagrams."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+
+app = typer.Typer(
+    help="Prefill/decode disaggregation: P:D ratio and parallelism under TTFT/TPOT SLOs.",
+    no_args_is_help=True,
+)
+
+ModelOpt = Annotated[str, typer.Option(help="Model id or config.json path.")]
+HwOpt = Annotated[str, typer.Option(help="Device id or TOML path (prefill, and decode).")]
+DecHwOpt = Annotated[
+    str | None, typer.Option(help="Device for decode instances (default: --hardware).")
+]
+WorkloadOpt = Annotated[str | None, typer.Option(help="Built-in workload: chat, code or sharegpt.")]
+TraceOpt = Annotated[
+    Path | None, typer.Option(help="Trace CSV (Azure or input_tokens,output_tokens).")
+]
+TtftOpt = Annotated[float, typer.Option(help="TTFT target, ms.")]
+TpotOpt = Annotated[float, typer.Option(help="TPOT target, ms.")]
+PctOpt = Annotated[float, typer.Option(help="SLO percentile (both TTFT and TPOT).")]
+DtypeOpt = Annotated[str, typer.Option(help="Weight/math dtype (bf16, fp16, fp8).")]
+KvOpt = Annotated[str, typer.Option(help="KV link: auto, scale-up or scale-out.")]
+
+
+def _workload(workload: str | None, trace: Path | None) -> Any:
+    from perfmodel.pd_models import planner_lengths
+    from perfmodel.workload import Workload, load_trace
+
+    if (workload is None) == (trace is None):
+        raise fail("give exactly one of --workload (chat, code, sharegpt) or --trace CSV")
+    if trace is not None:
+        return Workload.from_trace(load_trace(trace))
+    assert workload is not None
+    return Workload(workload, planner_lengths(workload))
+
+
+def _slo(ttft_ms: float, tpot_ms: float, percentile: float) -> Any:
+    from perfmodel.units import from_ms
+    from perfmodel.workload import SLO
+
+    for name, v in (("--ttft-slo-ms", ttft_ms), ("--tpot-slo-ms", tpot_ms)):
+        if not v > 0:
+            raise fail(f"{name} must be a positive number of milliseconds, got {v}")
+    return SLO(from_ms(ttft_ms), from_ms(tpot_ms), percentile=percentile)
+
+
+def _plan_text(p: Any) -> str:
+    from perfmodel.units import ms
+
+    lines = [
+        f"{p.model}, workload {p.workload}, {p.rate_per_s:g} req/s, p{p.slo.percentile * 100:g} "
+        f"TTFT <= {ms(p.slo.ttft_s):g} ms and TPOT <= {ms(p.slo.tpot_s):g} ms; KV over {p.link}",
+        "",
+    ]
+    rows = [
+        [a.phase, a.config.label, a.instances, a.gpus, a.goodput_per_instance_per_s, a.limiter]
+        for a in (*p.prefill, *p.decode)
+    ]
+    lines.append(table(rows, ["phase", "config", "instances", "GPUs", "goodput/inst", "limiter"]))
+    lines += [
+        "",
+        f"P:D = {p.prefill_instances}:{p.decode_instances} instances "
+        f"({p.gpu_ratio:.2f} prefill GPUs per decode GPU); {p.gpus} GPUs, cost {p.cost:g} "
+        f"{p.cost_unit}",
+        f"goodput {p.capacity_rate_per_s:.3g} req/s = {p.goodput_per_gpu:.3g} req/s per GPU; "
+        f"binding: {p.binding}",
+        "",
+        table(
+            [
+                [c.name, c.required, c.provided, f"{c.slack:+.1%}", "*" if c.binding else ""]
+                for c in p.constraints
+            ],
+            ["constraint", "required", "provided", "slack", "binding"],
+        ),
+        "",
+        p.verdict,
+    ]
+    if p.colocated is not None:
+        c = p.colocated
+        lines.append(
+            f"colocated baseline: {c.note}"
+            + (f"; it needs {p.colocated_gpus} GPUs for this rate" if p.colocated_gpus else "")
+        )
+    lines.append(f"solver {p.solver} ({p.status}), {p.solve_s:.2f} s")
+    return "\n".join(lines)
+
+
+@app.command("plan")
+@handle_errors
+def plan_cmd(
+    model: ModelOpt = "llama-3.1-70b",
+    hardware: HwOpt = "h100-sxm",
+    decode_hardware: DecHwOpt = None,
+    workload: WorkloadOpt = None,
+    trace: TraceOpt = None,
+    rate_per_s: Annotated[float, typer.Option(help="Arrival rate, requests/s.")] = 10.0,
+    ttft_slo_ms: TtftOpt = 1000.0,
+    tpot_slo_ms: TpotOpt = 50.0,
+    percentile: PctOpt = 0.9,
+    max_gpus: Annotated[int | None, typer.Option(help="Most GPUs the plan may use.")] = None,
+    price_per_hour_usd: Annotated[
+        float | None, typer.Option(help="Price of a --hardware GPU; minimize $/h instead.")
+    ] = None,
+    decode_price_per_hour_usd: Annotated[
+        float | None, typer.Option(help="Price of a --decode-hardware GPU.")
+    ] = None,
+    kv_link: KvOpt = "auto",
+    dtype: DtypeOpt = "bf16",
+    baseline: Annotated[bool, typer.Option(help="Compare with colocated serving.")] = True,
+    json_out: bool = JsonOpt,
+) -> None:
+    """Least-cost prefill/decode plan for a rate under TTFT and TPOT SLOs."""
+    from hardware.device import load_device
+    from perfmodel.model import load_model
+    from solvers.pd_plan import plan_pd
+
+    w = _workload(workload, trace)
+    slo = _slo(ttft_slo_ms, tpot_slo_ms, percentile)
+    m = load_model(model)
+    pdev = load_device(hardware)
+    ddev = load_device(decode_hardware) if decode_hardware else pdev
+    prices = None
+    if price_per_hour_usd is not None or decode_price_per_hour_usd is not None:
+        prices = {}
+        for dev, price in ((pdev, price_per_hour_usd), (ddev, decode_price_per_hour_usd)):
+            if price is not None:
+                if not price > 0:
+                    raise fail("prices per hour must be positive")
+                prices[dev.id] = price
+    p = plan_pd(
+        m,
+        w,
+        slo,
+        rate_per_s,
+        prefill_devices=[pdev],
+        decode_devices=[ddev],
+        dtype=dtype,
+        kv_dtype=dtype,
+        placement=kv_link,
+        max_gpus=max_gpus,
+        prices=prices,
+        baseline=baseline,
+    )
+    if json_out:
+        echo_json(p.to_dict())
+    else:
+        typer.echo(_plan_text(p))
+
+
+def _floats(text: str, name: str, scale: float = 1.0) -> list[float]:
+    try:
+        vals = [float(v) * scale for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise fail(f"{name} must be a comma-separated list of numbers, got {text!r}") from None
+    if not vals or any(v <= 0 for v in vals):
+        raise fail(f"{name} needs positive numbers")
+    return vals
+
+
+@app.command("phase")
+@handle_errors
+def phase_cmd(
+    out: Annotated[Path, typer.Option(help="Output HTML file.")],
+    model: ModelOpt = "llama-3.1-70b",
+    hardware: HwOpt = "h100-sxm",
+    decode_hardware: DecHwOpt = None,
+    workload: WorkloadOpt = None,
+    trace: TraceOpt = None,
+    ttft_slo_ms: TtftOpt = 1000.0,
+    tpot_slo_ms: TpotOpt = 50.0,
+    percentile: PctOpt = 0.9,
+    inputs: Annotated[str, typer.Option(help="Input lengths (tokens), comma-separated.")] = (
+        "128,512,2048,8192"
+    ),
+    outputs: Annotated[str, typer.Option(help="Output lengths (tokens), comma-separated.")] = (
+        "32,128,512,2048"
+    ),
+    slo_scales: Annotated[
+        str, typer.Option(help="Multipliers of both SLO targets for the SLO sweep.")
+    ] = "0.25,0.5,1,2,4",
+    dtype: DtypeOpt = "bf16",
+    force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
+    json_out: bool = JsonOpt,
+) -> None:
+    """Phase diagrams of the P:D ratio and disaggregation gain (lengths and SLO sweeps)."""
+    from hardware.device import load_device
+    from perfmodel.model import load_model
+    from reports.pd_plot import length_sweep, phase_figure_html, slo_sweep
+
+    if out.exists() and not force:
+        raise fail(f"{out} exists; pass --force to overwrite it")
+    w = _workload(workload, trace)
+    slo = _slo(ttft_slo_ms, tpot_slo_ms, percentile)
+    ins = [int(v) for v in _floats(inputs, "--inputs")]
+    outs = [int(v) for v in _floats(outputs, "--outputs")]
+    scales = _floats(slo_scales, "--slo-scales")
+    m = load_model(model)
+    pdev = load_device(hardware)
+    ddev = [load_device(decode_hardware)] if decode_hardware else None
+    total = len(ins) * len(outs) + len(scales) ** 2
+    with typer.progressbar(length=total, label="sweeping", file=None) as bar:
+        lens = length_sweep(
+            m,
+            [pdev],
+            slo,
+            inputs=ins,
+            outputs=outs,
+            decode_devices=ddev,
+            dtype=dtype,
+            kv_dtype=dtype,
+            progress=bar.update,
+        )
+        slos = slo_sweep(
+            m,
+            [pdev],
+            w,
+            ttft_s=[slo.ttft_s * k for k in scales],
+            tpot_s=[slo.tpot_s * k for k in scales],
+            percentile=percentile,
+            decode_devices=ddev,
+            dtype=dtype,
+            kv_dtype=dtype,
+            progress=bar.update,
+        )
+    write_atomic(out, phase_figure_html([lens, slos]), force=force)
+    if json_out:
+        echo_json({"out": str(out), "lengths": lens.to_dict(), "slo": slos.to_dict()})
+        return
+    for d in (lens, slos):
+        typer.echo(
+            f"\n{d.model} on {d.device}: {d.y_label} (rows) x {d.x_label} (cols), {d.context}"
+        )
+        rows = []
+        for y in d.ys:
+            row: list[Any] = [f"{y * 1e3:g}" if d.kind == "slo" else f"{y:g}"]
+            for x in d.xs:
+                c = d.cell(x, y)
+                row.append(
+                    f"{c.regime[:5]} {c.gain:.2f}x P:D {c.gpu_ratio:.2f}"
+                    if c.gain and c.gpu_ratio is not None
+                    else c.regime
+                )
+            rows.append(row)
+        heads = [f"{x * 1e3:g}" if d.kind == "slo" else f"{x:g}" for x in d.xs]
+        typer.echo(table(rows, [d.y_label + " \\ " + d.x_label, *heads]))
+    typer.echo(f"\nwrote {out}")

@@ -1,0 +1,289 @@
+"""PD phase diagrams: the optimal P:D ratio and the disaggregation gain over a grid.
+
+Two sweeps for one model on one device:
+
+* **lengths**: every request has input ``s`` and output ``o`` tokens (a grid of
+  ``fixed_lengths`` workloads) at fixed SLOs;
+* **SLO tightness**: one workload, TTFT and TPOT targets on a grid.
+
+Each cell holds the rate-free optimum of ``solvers.pd_plan.fluid_optimum`` (best
+prefill/decode configuration pair with fractional instance counts: DistServe's
+``n : m = g_d : g_p``), the P:D GPU and instance ratios, the best colocated
+chunked-prefill goodput per GPU (``solvers.pd_plan.colocated_baseline``), and the
+gain = disaggregated / colocated goodput per GPU. The regime says who wins, or which
+side cannot meet the SLOs at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hardware.device import Device
+from perfmodel.errors import InfeasibleError, SpecError
+from perfmodel.model import ModelSpec
+from perfmodel.workload import SLO, Workload, fixed_lengths
+from solvers.pd_plan import colocated_baseline, evaluate_options, fluid_optimum
+
+DEFAULT_INPUTS = (128, 512, 2048, 8192)
+DEFAULT_OUTPUTS = (32, 128, 512, 2048)
+DEFAULT_SLO_SCALES = (0.5, 1.0, 2.0, 4.0, 8.0)
+
+
+@dataclass(frozen=True)
+class PDCell:
+    """One grid cell."""
+
+    x: float  # input tokens, or TTFT target (s)
+    y: float  # output tokens, or TPOT target (s)
+    regime: str  # disaggregated | colocated | disaggregated-only | colocated-only | infeasible
+    disagg_per_gpu: float  # 0 when infeasible
+    colocated_per_gpu: float
+    gain: float | None  # disagg / colocated; None unless both are feasible
+    gpu_ratio: float | None  # prefill : decode GPUs
+    instance_ratio: float | None
+    prefill: str
+    decode: str
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(vars(self))
+
+
+@dataclass(frozen=True)
+class PDPhaseDiagram:
+    model: str
+    device: str
+    kind: str  # "lengths" | "slo"
+    x_label: str
+    y_label: str
+    xs: tuple[float, ...]
+    ys: tuple[float, ...]
+    context: str
+    cells: tuple[PDCell, ...] = field(repr=False)
+
+    def cell(self, x: float, y: float) -> PDCell:
+        for c in self.cells:
+            if c.x == x and c.y == y:
+                return c
+        raise KeyError((x, y))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {k: v for k, v in vars(self).items() if k != "cells"}
+        d["cells"] = [c.to_dict() for c in self.cells]
+        return d
+
+
+def _cell(
+    model: ModelSpec,
+    devices: Sequence[Device],
+    decode_devices: Sequence[Device],
+    workload: Workload,
+    slo: SLO,
+    x: float,
+    y: float,
+    dtype: str,
+    kv_dtype: str,
+) -> PDCell:
+    note = ""
+    try:
+        opts = evaluate_options(
+            model,
+            workload.lengths,
+            slo,
+            prefill_devices=devices,
+            decode_devices=decode_devices,
+            dtype=dtype,
+            kv_dtype=kv_dtype,
+        )
+        f = fluid_optimum(opts)
+        dis, gr, ir = f.per_gpu_rate_per_s, f.gpu_ratio, f.instance_ratio
+        pl, dl = f.prefill.config.label, f.decode.config.label
+    except InfeasibleError as e:
+        dis, gr, ir, pl, dl, note = 0.0, None, None, "", "", str(e)
+    colo = colocated_baseline(model, workload, slo, devices=devices, dtype=dtype, kv_dtype=kv_dtype)
+    c = colo.per_gpu_rate_per_s if colo.feasible else 0.0
+    if dis > 0 and c > 0:
+        regime = "disaggregated" if dis > c else "colocated"
+        gain: float | None = dis / c
+    else:
+        regime = {(True, False): "disaggregated-only", (False, True): "colocated-only"}.get(
+            (dis > 0, c > 0), "infeasible"
+        )
+        gain = None
+        note = note or colo.note
+    return PDCell(x, y, regime, dis, c, gain, gr, ir, pl, dl, note)
+
+
+def length_sweep(
+    model: ModelSpec,
+    devices: Sequence[Device],
+    slo: SLO,
+    *,
+    inputs: Sequence[int] = DEFAULT_INPUTS,
+    outputs: Sequence[int] = DEFAULT_OUTPUTS,
+    decode_devices: Sequence[Device] | None = None,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    progress: Callable[[int], None] | None = None,
+) -> PDPhaseDiagram:
+    """Optimal ratio and gain over input × output length (fixed lengths per cell)."""
+    if not inputs or not outputs or min(inputs) < 1 or min(outputs) < 2:
+        raise SpecError("need input lengths >= 1 and output lengths >= 2 tokens")
+    cells = []
+    for s in inputs:
+        for o in outputs:
+            w = Workload(f"fixed-{s}-{o}", fixed_lengths(int(s), int(o)))
+            cells.append(
+                _cell(model, devices, decode_devices or devices, w, slo, s, o, dtype, kv_dtype)
+            )
+            if progress:
+                progress(1)
+    return PDPhaseDiagram(
+        model.id,
+        devices[0].id,
+        "lengths",
+        "input tokens",
+        "output tokens",
+        tuple(float(s) for s in inputs),
+        tuple(float(o) for o in outputs),
+        f"TTFT {slo.ttft_s * 1e3:g} ms / TPOT {slo.tpot_s * 1e3:g} ms at p{slo.percentile * 100:g}",
+        tuple(cells),
+    )
+
+
+def slo_sweep(
+    model: ModelSpec,
+    devices: Sequence[Device],
+    workload: Workload,
+    *,
+    ttft_s: Sequence[float],
+    tpot_s: Sequence[float],
+    percentile: float = 0.9,
+    decode_devices: Sequence[Device] | None = None,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    progress: Callable[[int], None] | None = None,
+) -> PDPhaseDiagram:
+    """Optimal ratio and gain over TTFT × TPOT targets for one workload."""
+    if not ttft_s or not tpot_s:
+        raise SpecError("need at least one TTFT and one TPOT target")
+    cells = []
+    for a in ttft_s:
+        for b in tpot_s:
+            slo = SLO(float(a), float(b), percentile=percentile)
+            cells.append(
+                _cell(
+                    model, devices, decode_devices or devices, workload, slo, a, b, dtype, kv_dtype
+                )
+            )
+            if progress:
+                progress(1)
+    return PDPhaseDiagram(
+        model.id,
+        devices[0].id,
+        "slo",
+        "TTFT target (ms)",
+        "TPOT target (ms)",
+        tuple(float(a) for a in ttft_s),
+        tuple(float(b) for b in tpot_s),
+        f"workload {workload.name}, p{percentile * 100:g}",
+        tuple(cells),
+    )
+
+
+_SHORT = {
+    "disaggregated": "PD",
+    "colocated": "CO",
+    "disaggregated-only": "PD only",
+    "colocated-only": "CO only",
+    "infeasible": "none",
+}
+
+
+def _fmt_axis(d: PDPhaseDiagram, v: float) -> str:
+    return f"{v * 1e3:g}" if d.kind == "slo" else f"{v:g}"
+
+
+def phase_figure_html(diagrams: Sequence[PDPhaseDiagram]) -> str:
+    """Self-contained HTML: per diagram, a heatmap of the gain (log2) annotated with the
+    regime and the P:D GPU ratio, and a heatmap of the P:D GPU ratio."""
+    import math
+
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    titles = []
+    for d in diagrams:
+        titles += [
+            f"{d.model} on {d.device}: disaggregation gain ({d.context})",
+            f"{d.model} on {d.device}: optimal prefill:decode GPU ratio",
+        ]
+    fig = make_subplots(
+        rows=len(diagrams),
+        cols=2,
+        subplot_titles=titles,
+        horizontal_spacing=0.1,
+        vertical_spacing=0.15,
+    )
+    for row, d in enumerate(diagrams, start=1):
+        xs = [_fmt_axis(d, x) for x in d.xs]
+        ys = [_fmt_axis(d, y) for y in d.ys]
+        gz, rz, text = [], [], []
+        for y in d.ys:
+            g_row, r_row, t_row = [], [], []
+            for x in d.xs:
+                c = d.cell(x, y)
+                g_row.append(math.log2(c.gain) if c.gain else None)
+                r_row.append(c.gpu_ratio)
+                ratio = f"P:D {c.gpu_ratio:.2f}" if c.gpu_ratio is not None else ""
+                gain = f"{c.gain:.2f}x" if c.gain else ""
+                t_row.append(f"{_SHORT[c.regime]} {gain}<br>{ratio}")
+            gz.append(g_row)
+            rz.append(r_row)
+            text.append(t_row)
+        half = 1.0 / len(diagrams)
+        fig.add_trace(
+            go.Heatmap(
+                z=gz,
+                x=xs,
+                y=ys,
+                text=text,
+                texttemplate="%{text}",
+                colorscale="RdBu",
+                zmid=0,
+                colorbar={
+                    "title": "log2 gain",
+                    "x": 0.44,
+                    "len": half,
+                    "y": 1 - (row - 0.5) * half,
+                },
+                hovertemplate="%{x} / %{y}<br>%{text}<extra></extra>",
+            ),
+            row=row,
+            col=1,
+        )
+        fig.add_trace(
+            go.Heatmap(
+                z=rz,
+                x=xs,
+                y=ys,
+                text=[[f"{v:.2f}" if v else "" for v in r] for r in rz],
+                texttemplate="%{text}",
+                colorscale="Viridis",
+                colorbar={"title": "P:D GPUs", "len": half, "y": 1 - (row - 0.5) * half},
+            ),
+            row=row,
+            col=2,
+        )
+        for col in (1, 2):
+            fig.update_xaxes(title_text=d.x_label, type="category", row=row, col=col)
+            fig.update_yaxes(title_text=d.y_label, type="category", row=row, col=col)
+    fig.update_layout(
+        height=480 * len(diagrams),
+        width=1300,
+        title="Prefill/decode disaggregation vs colocated chunked prefill: goodput per GPU "
+        "(PD = disaggregation wins, CO = colocated wins)",
+    )
+    return str(fig.to_html(include_plotlyjs=True, full_html=True))
