@@ -13,6 +13,7 @@ from cli import (
     model_cmd,
     pd_cmd,
     predict_cmd,
+    profile_cmd,
 )
 
 app = typer.Typer(
@@ -27,6 +28,7 @@ app.add_typer(model_cmd.app, name="model")
 app.add_typer(predict_cmd.app, name="predict")
 app.command("estimate")(estimate_cmd.estimate_cmd)
 app.add_typer(dispatch_cmd.app, name="dispatch")
+app.add_typer(profile_cmd.app, name="profile")
 app.add_typer(cache_cmd.app, name="cache")
 app.command("capacity")(capacity_cmd.capacity_cmd)
 app.command("simulate")(capacity_cmd.simulate_cmd)

@@ -24,6 +24,7 @@ MS_PER_S = 1e3
 US_PER_S = 1e6
 S_PER_MS = 1e-3
 S_PER_US = 1e-6
+S_PER_NS = 1e-9
 S_PER_HOUR = 3600.0
 
 # Bits.

@@ -1,0 +1,290 @@
+"""``perfmodel profile``: fit, show, crossover and plot max-affine cost profiles."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from perfmodel.errors import SpecError
+from perfmodel.units import US_PER_S
+
+app = typer.Typer(
+    help="Max-affine cost profiles: fit to measurements, show, regime crossover, plot.",
+    no_args_is_help=True,
+)
+
+GEMM_PRESET = "gemm"
+
+
+def _where(items: list[str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for it in items or []:
+        if "=" not in it:
+            raise SpecError(f"--where takes column=value, got {it!r}")
+        k, v = it.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def _features(data: Any, spec: str) -> tuple[tuple[str, ...], Any]:
+    from hardware.fit import feature_matrix
+    from hardware.maxaffine import GEMM_FEATURES, gemm_features
+
+    if spec.strip() == GEMM_PRESET:
+        m, n, k = (data.numeric(c) for c in ("m", "n", "k"))
+        return GEMM_FEATURES, gemm_features(m, n, k)
+    exprs = [e.strip() for e in spec.split(",") if e.strip()]
+    if not exprs:
+        raise SpecError("--features needs at least one column or expression")
+    return tuple(exprs), feature_matrix(data, exprs)
+
+
+def profile_summary(profile: Any) -> dict[str, Any]:
+    d: dict[str, Any] = profile.to_dict()
+    d["pieces"] = profile.pieces
+    return d
+
+
+@app.command("fit")
+@handle_errors
+def fit_cmd(
+    data: Annotated[Path, typer.Option(help="Measurements CSV.")],
+    features: Annotated[
+        str,
+        typer.Option(
+            help="Comma-separated columns or expressions (pad(m)*n*k, m*(n+k), log2(k)), "
+            "or 'gemm' for the GEMM features from columns m, n, k."
+        ),
+    ],
+    time_col: Annotated[str, typer.Option(help="Time column (unit from its suffix).")],
+    hardware: Annotated[str, typer.Option(help="Device id or TOML the data were measured on.")],
+    out: Annotated[Path, typer.Option(help="Profile TOML to write.")],
+    pieces: Annotated[
+        int | None, typer.Option(help="Number of pieces (default: chosen by held-out error).")
+    ] = None,
+    where: Annotated[
+        list[str] | None, typer.Option(help="Keep rows with column=value (repeatable).")
+    ] = None,
+    group_cols: Annotated[
+        str, typer.Option(help="Columns whose values define a held-out group (e.g. n,k).")
+    ] = "",
+    time_unit: Annotated[str | None, typer.Option(help="s, ms, us or ns.")] = None,
+    op: Annotated[str, typer.Option(help="Op name stored in the profile.")] = "op",
+    dtype: Annotated[str, typer.Option(help="Math dtype of the measurements.")] = "bf16",
+    seed: Annotated[int, typer.Option(help="Seed of the restarts and folds.")] = 0,
+    force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
+    json_out: bool = JsonOpt,
+) -> None:
+    """Fit a max-affine profile to a CSV and write it as TOML with provenance."""
+    import numpy as np
+
+    from hardware.device import load_device
+    from hardware.fit import fit_profile, read_measurements
+    from hardware.profile_io import profile_to_toml
+
+    if pieces is not None and pieces < 1:
+        raise fail(f"--pieces must be >= 1, got {pieces}")
+    dev = load_device(hardware)
+    meas = read_measurements(str(data), time_col=time_col, time_unit=time_unit, where=_where(where))
+    names, X = _features(meas, features)
+    groups = None
+    if group_cols:
+        cols = [c.strip() for c in group_cols.split(",") if c.strip()]
+        missing = [c for c in cols if c not in meas.columns]
+        if missing:
+            raise SpecError(f"--group-cols: no column(s) {missing} in {data}")
+        groups = np.array(["|".join(v) for v in zip(*(meas.columns[c] for c in cols), strict=True)])
+    res = fit_profile(
+        X, meas.time_s, features=names, groups=groups, pieces=pieces, seed=seed,
+        device=dev.id, op=op, dtype=dtype, source=data.name,
+    )  # fmt: skip
+    write_atomic(out, profile_to_toml(res.profile), force=force)
+    summary = {
+        "out": str(out),
+        "rows": res.rows,
+        "groups": res.groups,
+        "pieces": res.pieces,
+        "train_mdape_pct": res.train_mdape_pct,
+        "heldout_mdape_pct": res.heldout_mdape_pct,
+        "cv_mdape_pct_by_pieces": {str(k): v for k, v in res.cv_mdape_pct_by_pieces.items()},
+        "profile": profile_summary(res.profile),
+    }
+    if json_out:
+        echo_json(summary)
+        return
+    held = "n/a" if res.heldout_mdape_pct is None else f"{res.heldout_mdape_pct:.2f}%"
+    typer.echo(
+        f"fitted {res.pieces} piece(s) to {res.rows} rows ({res.groups} groups) on {dev.id}: "
+        f"train MdAPE {res.train_mdape_pct:.2f}%, held-out {held}; wrote {out}"
+    )
+
+
+@app.command("show")
+@handle_errors
+def show_cmd(
+    profile: Annotated[str, typer.Argument(help="Profile TOML path or <device>:<op>.")],
+    hardware: Annotated[
+        str | None, typer.Option(help="Check that the profile is for this device.")
+    ] = None,
+    json_out: bool = JsonOpt,
+) -> None:
+    """Print a profile's pieces and provenance."""
+    from hardware.profile_io import load_profile
+
+    dev_id = None
+    if hardware is not None:
+        from hardware.device import load_device
+
+        dev_id = load_device(hardware).id
+    prof = load_profile(profile, device=dev_id)
+    if json_out:
+        echo_json(profile_summary(prof))
+        return
+    p = prof.provenance
+    typer.echo(f"{p.op} on {p.device} ({p.dtype}); source {p.source}, {p.rows} rows")
+    if p.train_mape is not None:
+        held = "n/a" if p.heldout_mape is None else f"{p.heldout_mape:.2f}%"
+        typer.echo(f"MdAPE train {p.train_mape:.2f}%, held-out {held}")
+    rows = [
+        [prof.piece_names[k] if prof.piece_names else str(k), prof.intercepts_s[k] * US_PER_S]
+        + [float(v) for v in prof.slopes[k]]
+        for k in range(prof.pieces)
+    ]
+    typer.echo(table(rows, ["piece", "intercept_us", *(f"s/{f}" for f in prof.features)]))
+
+
+def _gemm_data(path: Path) -> Any:
+    from hardware.fit import read_measurements
+
+    meas = read_measurements(str(path), time_col="latency_ms", where={"gemm_dtype": "bfloat16"})
+    return tuple(meas.numeric(c) for c in ("m", "n", "k")), meas.time_s
+
+
+@app.command("crossover")
+@handle_errors
+def crossover_cmd(
+    hardware: Annotated[str, typer.Option(help="Device id or TOML.")],
+    model: Annotated[str, typer.Option(help="MoE model id or config.json (expert shape).")],
+    tp: Annotated[int, typer.Option(help="Tensor-parallel split of each expert.")] = 1,
+    data: Annotated[
+        Path | None,
+        typer.Option(help="bf16 GEMM CSV measured on --hardware (columns m,n,k,latency_ms)."),
+    ] = None,
+    padded: Annotated[bool, typer.Option(help="N counts 128-row tiles.")] = True,
+    boots: Annotated[int, typer.Option(help="Bootstrap resamples for the interval.")] = 200,
+    seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    json_out: bool = JsonOpt,
+) -> None:
+    """n*: tokens per activated expert where weight streaming and compute cost meet."""
+    from hardware.device import load_device
+    from hardware.maxaffine import Provenance
+    from perfmodel.expert import (
+        crossover_interval,
+        crossover_tokens,
+        derived_expert_profile,
+        expert_shape,
+        gemm_block_rows,
+    )
+    from perfmodel.model import load_model
+
+    if tp < 1 or boots < 0:
+        raise fail("--tp must be >= 1 and --boots >= 0")
+    dev = load_device(hardware)
+    m = load_model(model)
+    h, inter, mats = expert_shape(m, tp)
+    derived = derived_expert_profile(dev, h, inter, mats=mats)
+    out: dict[str, Any] = {
+        "hardware": dev.id,
+        "model": m.id,
+        "expert_shape": {"hidden": h, "inter": inter, "mats": mats},
+        "derived_n_star": crossover_tokens(derived),
+    }
+    if data is not None:
+        (gm, gn, gk), t = _gemm_data(data)
+        G, N, _, ts = gemm_block_rows(
+            gm, gn, gk, t, hidden=h, inter=inter, mats=mats, padded=padded
+        )
+        prov = Provenance(dev.id, f"moe_expert_{h}x{inter}x{mats}", source=data.name, rows=len(ts))
+        c = crossover_interval(G, N, ts, boots=boots, seed=seed, provenance=prov)
+        out.update(
+            fitted_n_star=c.n_star, interval_95=[c.lo, c.hi], boots=c.boots, padded=padded,
+            fitted_n_star_one_expert=crossover_tokens(c.profile, G=1.0),
+            profile=profile_summary(c.profile),
+        )  # fmt: skip
+    if json_out:
+        echo_json(out)
+        return
+    typer.echo(
+        f"{m.id} expert {h}x{inter} ({mats} matrices) on {dev.id}: derived n* = "
+        f"{out['derived_n_star']:.0f} tokens/expert (roofline)"
+    )
+    if data is not None:
+        lo, hi = out["interval_95"]
+        typer.echo(
+            f"fitted to {data.name}: n* = {out['fitted_n_star']:.0f} [{lo:.0f}, {hi:.0f}] "
+            f"(95% bootstrap, {out['boots']} resamples; N {'padded' if padded else 'raw'})"
+        )
+
+
+@app.command("plot")
+@handle_errors
+def plot_cmd(
+    data: Annotated[Path, typer.Option(help="Measurements CSV.")],
+    out: Annotated[Path, typer.Option(help="HTML file to write.")],
+    hardware: Annotated[str | None, typer.Option(help="Device id (expert mode).")] = None,
+    model: Annotated[str | None, typer.Option(help="MoE model: plot its expert block.")] = None,
+    profile: Annotated[str | None, typer.Option(help="Profile TOML or <device>:<op>.")] = None,
+    features: Annotated[str, typer.Option(help="Features as in `profile fit`.")] = GEMM_PRESET,
+    time_col: Annotated[str, typer.Option(help="Time column.")] = "latency_ms",
+    x_col: Annotated[str, typer.Option(help="Column on the x axis.")] = "m",
+    where: Annotated[list[str] | None, typer.Option(help="Row filter column=value.")] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
+    json_out: bool = JsonOpt,
+) -> None:
+    """Measurements vs fitted pieces, regimes shaded, as a self-contained HTML file.
+
+    Expert mode (``--hardware --model``, GEMM CSV): the expert block and its n*.
+    Profile mode (``--profile``): a slice of the data (``--where``) along ``--x-col``.
+    """
+    from reports.profile_plot import expert_block_figure, figure_html, profile_figure
+
+    if out.exists() and not force:
+        raise FileExistsError(f"{out} exists; pass --force to overwrite it")
+    info: dict[str, Any] = {"out": str(out)}
+    if model is not None:
+        if hardware is None:
+            raise fail("expert mode needs --hardware with --model")
+        from hardware.device import load_device
+        from hardware.maxaffine import Provenance
+        from perfmodel.expert import crossover_interval, expert_shape, gemm_block_rows
+        from perfmodel.model import load_model
+
+        dev = load_device(hardware)
+        h, inter, mats = expert_shape(load_model(model))
+        (gm, gn, gk), t = _gemm_data(data)
+        G, N, per, ts = gemm_block_rows(gm, gn, gk, t, hidden=h, inter=inter, mats=mats)
+        prov = Provenance(dev.id, f"moe_expert_{h}x{inter}x{mats}", source=data.name, rows=len(ts))
+        c = crossover_interval(G, N, ts, boots=100, provenance=prov)
+        fig = expert_block_figure(c.profile, G, N, per, ts, n_star=c.n_star, interval=(c.lo, c.hi))
+        info.update(n_star=c.n_star, interval_95=[c.lo, c.hi])
+    else:
+        if profile is None:
+            raise fail("give --profile (profile mode) or --hardware and --model (expert mode)")
+        from hardware.fit import read_measurements
+        from hardware.profile_io import load_profile
+
+        prof = load_profile(profile)
+        meas = read_measurements(str(data), time_col=time_col, where=_where(where))
+        names, X = _features(meas, features)
+        if tuple(names) != tuple(prof.features):
+            raise fail(f"--features give {names}, the profile uses {prof.features}")
+        fig = profile_figure(prof, X, meas.time_s, meas.numeric(x_col), x_label=x_col)
+        info.update(points=len(meas))
+    write_atomic(out, figure_html(fig), force=force)
+    if json_out:
+        echo_json(info)
+    else:
+        typer.echo(f"wrote {out}")

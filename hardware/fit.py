@@ -1,0 +1,516 @@
+"""Fitting max-affine cost profiles (and the roofline) to measured latencies.
+
+The model is ``t(x) = max_k (α_k + β_k · x)`` with ``α_k ≥ 0`` and ``β_k ≥ 0`` (times
+and rates are physical). Fitting it for a fixed number of pieces ``K`` is non-convex;
+we use the least-squares partition algorithm of Magnani & Boyd, "Convex piecewise-
+linear fitting", Optim. Eng. 10 (2009) §3:
+
+1. partition the rows (random centres, several restarts),
+2. fit each part by non-negative least squares (``scipy.optimize.nnls``) on *relative*
+   residuals ``(α + β·x)/y − 1`` (latencies span 5 decades, and accuracy is judged
+   in percent),
+3. reassign every row to the piece that attains the max; repeat until stable,
+
+then polish the best restart with bounded robust least squares on the true max
+(``scipy.optimize.least_squares``, ``loss="soft_l1"``: a smooth Huber-like loss, so a
+few outliers do not pull the pieces) and drop pieces that are active nowhere.
+
+``K`` is chosen by *grouped* cross-validation: whole groups (e.g. GEMM shapes (n, k)),
+not random rows, are held out, and the smallest ``K`` within 0.1 point of the best
+held-out median error wins. Errors are median absolute percentage errors (MdAPE).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from hardware.maxaffine import MaxAffine, Provenance
+from perfmodel.errors import SpecError
+from perfmodel.units import S_PER_MS, S_PER_NS, S_PER_US
+
+if TYPE_CHECKING:
+    from hardware.device import Device
+    from hardware.roofline import Roofline
+
+Arr = NDArray[np.float64]
+
+DEFAULT_MAX_PIECES = 6
+DEFAULT_FOLDS = 4
+CV_TOLERANCE_PT = 0.1  # choose the fewest pieces within this many points of the best
+MAX_FIT_ROWS = 20_000  # rows a fit uses (deterministic subsample above this)
+MAX_CV_ROWS = 6_000  # rows per cross-validation fit (it only has to rank K)
+CV_RESTARTS = 3
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """A fitted profile with its train and held-out errors (percent, MdAPE)."""
+
+    profile: MaxAffine
+    pieces: int
+    train_mdape_pct: float
+    heldout_mdape_pct: float | None
+    cv_mdape_pct_by_pieces: dict[int, float] = field(default_factory=dict)
+    rows: int = 0
+    groups: int = 0
+    seed: int = 0
+
+
+def mdape_pct(pred: ArrayLike, y: ArrayLike) -> float:
+    """Median absolute percentage error, in percent: ``100·median(|pred/y − 1|)``."""
+    p = np.asarray(pred, dtype=np.float64)
+    t = np.asarray(y, dtype=np.float64)
+    return float(100.0 * np.median(np.abs(p / t - 1.0)))
+
+
+def _check_xy(X: ArrayLike, y: ArrayLike) -> tuple[Arr, Arr]:
+    Xa = np.asarray(X, dtype=np.float64)
+    ya = np.asarray(y, dtype=np.float64)
+    if Xa.ndim == 1:
+        Xa = Xa[:, None]
+    if Xa.ndim != 2 or ya.ndim != 1 or len(Xa) != len(ya):
+        raise SpecError(f"features must be (rows, F) and times (rows,), got {Xa.shape}, {ya.shape}")
+    if not (np.all(np.isfinite(Xa)) and np.all(np.isfinite(ya))):
+        raise SpecError("features and times must be finite numbers (found NaN or inf)")
+    if np.any(ya <= 0):
+        raise SpecError(
+            f"times must be positive; {int(np.sum(ya <= 0))} row(s) are zero or negative"
+        )
+    if np.any(Xa < 0):
+        raise SpecError("features must be non-negative (a max-affine cost grows with them)")
+    return Xa, ya
+
+
+def _piece_values(P: Arr, Z: Arr) -> Arr:
+    return P[:, 0][None, :] + Z @ P[:, 1:].T
+
+
+def _fit_part(Z: Arr, y: Arr, idx: NDArray[np.intp], free: NDArray[np.bool_]) -> Arr:
+    """Non-negative least squares of one piece on rows ``idx`` (relative residuals)."""
+    from scipy.optimize import nnls
+
+    A = np.hstack([np.ones((len(idx), 1)), Z[idx]])[:, free] / y[idx, None]
+    coef, _ = nnls(A, np.ones(len(idx)), maxiter=50 * A.shape[1])
+    out = np.zeros(len(free))
+    out[free] = coef
+    return out
+
+
+def _alternate(
+    Z: Arr, y: Arr, K: int, free: NDArray[np.bool_], rng: np.random.Generator, max_iter: int
+) -> Arr:
+    n = len(y)
+    L = np.log1p(Z / np.maximum(Z.mean(axis=0), 1e-300))
+    centres = L[rng.choice(n, size=K, replace=False)]
+    labels = np.argmin(((L[:, None, :] - centres[None]) ** 2).sum(axis=-1), axis=1)
+    P = np.zeros((K, Z.shape[1] + 1))
+    need = int(free.sum(axis=1).max())
+    for _ in range(max_iter):
+        for k in range(K):
+            idx = np.flatnonzero(labels == k)
+            if len(idx) < need:  # an empty part: reseed it on random rows
+                idx = rng.choice(n, size=min(n, 4 * need), replace=False)
+            P[k] = _fit_part(Z, y, idx, free[k])
+        new = _piece_values(P, Z).argmax(axis=1)
+        if np.array_equal(new, labels):
+            break
+        labels = new
+    return P
+
+
+def _polish(P: Arr, Z: Arr, y: Arr, free: NDArray[np.bool_], f_scale: float) -> Arr:
+    from scipy.optimize import least_squares
+
+    K, F1 = P.shape
+    fi = np.flatnonzero(free.ravel())
+    Zi = np.hstack([np.ones((len(y), 1)), Z]) / y[:, None]
+
+    def unpack(th: Arr) -> Arr:
+        Q = np.zeros(K * F1)
+        Q[fi] = th
+        return Q.reshape(K, F1)
+
+    def res(th: Arr) -> Arr:
+        return _piece_values(unpack(th), Z).max(axis=1) / y - 1.0
+
+    def jac(th: Arr) -> Arr:
+        act = _piece_values(unpack(th), Z).argmax(axis=1)
+        J = np.zeros((len(y), K * F1))
+        for k in range(K):
+            s = act == k
+            J[s, k * F1 : (k + 1) * F1] = Zi[s]
+        return J[:, fi]
+
+    x0 = np.maximum(P.ravel()[fi], 0.0)
+    r = least_squares(
+        res, x0, jac=jac, bounds=(0.0, np.inf), loss="soft_l1", f_scale=f_scale,
+        x_scale="jac", max_nfev=60, tr_solver="lsmr",
+    )  # fmt: skip
+    return unpack(r.x)
+
+
+def fit_max_affine(
+    X: ArrayLike,
+    y: ArrayLike,
+    *,
+    pieces: int,
+    features: tuple[str, ...] | None = None,
+    mask: ArrayLike | None = None,
+    seed: int = 0,
+    restarts: int = 6,
+    max_iter: int = 25,
+    f_scale: float = 0.02,
+    polish: bool = True,
+    max_rows: int = MAX_FIT_ROWS,
+    piece_names: tuple[str, ...] = (),
+    provenance: Provenance | None = None,
+) -> MaxAffine:
+    """Fit ``t = max_k (α_k + β_k·x)`` with non-negative α, β to rows ``(X, y)``.
+
+    Parameters
+    ----------
+    X, y : features (rows, F) and times in seconds (rows,), all positive.
+    pieces : K, the number of affine pieces.
+    mask : optional boolean (K, F+1) array: which of (intercept, slopes...) each piece may
+        use (e.g. the expert block ``max(a + b·G, c + β·N)`` is ``[[1,1,0],[1,0,1]]``).
+        With a mask, pieces keep their order and names; without one, pieces that are
+        active on no row are dropped.
+    seed : seed of the restarts' random partitions (a ``numpy.random.Generator``).
+    f_scale : soft-L1 scale of the relative residual (0.02 = 2 %).
+    max_rows : above this many rows, a seeded uniform subsample is fitted (the pieces of a
+        20,000-row sample agree with the full fit well inside the data's noise; it bounds
+        the fit time). Pieces are pruned and errors reported on all rows.
+    """
+    Xa, ya = _check_xy(X, y)
+    n, F = Xa.shape
+    if pieces < 1:
+        raise SpecError(f"pieces must be >= 1, got {pieces}")
+    free = np.ones((pieces, F + 1), dtype=bool) if mask is None else np.asarray(mask, bool)
+    if free.shape != (pieces, F + 1):
+        raise SpecError(f"mask must be (pieces, features + 1) = {(pieces, F + 1)}")
+    if n < pieces * (F + 1):
+        raise SpecError(
+            f"{n} rows are too few for {pieces} piece(s) of {F} feature(s): need at least "
+            f"{pieces * (F + 1)}; use fewer pieces or more data"
+        )
+    scale = np.max(Xa, axis=0)
+    scale[scale == 0] = 1.0
+    Z_all = Xa / scale
+    rng = np.random.default_rng(seed)
+    sub = _subsample(np.arange(n), max_rows, rng)
+    Z, ya_all, ya = Z_all[sub], ya, ya[sub]
+    best: tuple[float, Arr] | None = None
+    for _ in range(restarts if pieces > 1 else 1):
+        P = _alternate(Z, ya, pieces, free, rng, max_iter)
+        err = float(np.median(np.abs(_piece_values(P, Z).max(axis=1) / ya - 1.0)))
+        if best is None or err < best[0]:
+            best = (err, P)
+    assert best is not None
+    P = _polish(best[1], Z, ya, free, f_scale) if polish else best[1]
+    names = piece_names
+    if mask is None:
+        active = np.unique(_piece_values(P, Z_all).argmax(axis=1))
+        P = P[active]
+        names = tuple(piece_names[i] for i in active) if piece_names else ()
+    slopes = P[:, 1:] / scale
+    feats = features or tuple(f"x{j}" for j in range(F))
+    return MaxAffine(
+        features=tuple(feats),
+        intercepts_s=P[:, 0],
+        slopes=slopes,
+        provenance=provenance or Provenance("?", "?", source="fit", rows=len(ya_all)),
+        piece_names=names,
+    )
+
+
+def _subsample(idx: NDArray[np.intp], cap: int, rng: np.random.Generator) -> NDArray[np.intp]:
+    return np.sort(rng.choice(idx, size=cap, replace=False)) if len(idx) > cap else idx
+
+
+def group_folds(groups: ArrayLike, folds: int, *, seed: int) -> NDArray[np.intp]:
+    """Fold number of each row; all rows of a group share a fold (whole groups held out)."""
+    g = np.asarray(groups)
+    uniq, inv = np.unique(g, return_inverse=True)
+    if len(uniq) < folds:
+        raise SpecError(
+            f"only {len(uniq)} group(s) for {folds}-fold held-out validation; "
+            "give more groups (shapes) or fewer folds"
+        )
+    order = np.random.default_rng(seed).permutation(len(uniq))
+    fold_of_group = np.empty(len(uniq), dtype=np.intp)
+    fold_of_group[order] = np.arange(len(uniq)) % folds
+    return fold_of_group[inv]
+
+
+def fit_profile(
+    X: ArrayLike,
+    y: ArrayLike,
+    *,
+    features: tuple[str, ...],
+    groups: ArrayLike | None = None,
+    pieces: int | None = None,
+    max_pieces: int = DEFAULT_MAX_PIECES,
+    folds: int = DEFAULT_FOLDS,
+    seed: int = 0,
+    device: str = "?",
+    op: str = "?",
+    dtype: str = "bf16",
+    source: str = "",
+    notes: str = "",
+    holdout: ArrayLike | None = None,
+) -> FitResult:
+    """Fit a profile, choosing ``pieces`` by grouped cross-validation when not given.
+
+    ``groups`` labels rows that must be held out together (default: every row its own
+    group). ``holdout`` (boolean per row) reserves rows that are never fitted; their error
+    is ``heldout_mdape_pct``. Without it, the held-out error is the cross-validated error
+    of the chosen number of pieces.
+    """
+    Xa, ya = _check_xy(X, y)
+    n = len(ya)
+    g = np.arange(n) if groups is None else np.asarray(groups)
+    if len(g) != n:
+        raise SpecError("one group label per row")
+    test = np.zeros(n, dtype=bool) if holdout is None else np.asarray(holdout, dtype=bool)
+    train = np.flatnonzero(~test)
+    cv: dict[int, float] = {}
+    if pieces is None:
+        fold = group_folds(g[train], folds, seed=seed)
+        for K in range(1, max_pieces + 1):
+            errs = []
+            for f in range(folds):
+                tr = train[fold != f]
+                te = train[fold == f]
+                if len(tr) < K * (Xa.shape[1] + 1):
+                    continue
+                prof = fit_max_affine(
+                    Xa[tr], ya[tr], pieces=K, features=features, seed=seed + K + 7 * f,
+                    restarts=CV_RESTARTS, max_rows=MAX_CV_ROWS,
+                )  # fmt: skip
+                errs.append(mdape_pct(prof(Xa[te]), ya[te]))
+            if errs:
+                cv[K] = float(np.mean(errs))
+        if not cv:
+            raise SpecError("too few rows to fit even one piece; give more data")
+        best = min(cv.values())
+        pieces = min(K for K, e in cv.items() if e <= best + CV_TOLERANCE_PT)
+    prof = fit_max_affine(Xa[train], ya[train], pieces=pieces, features=features, seed=seed)
+    train_err = mdape_pct(prof(Xa[train]), ya[train])
+    if test.any():
+        held: float | None = mdape_pct(prof(Xa[test]), ya[test])
+    else:
+        held = cv.get(pieces)
+    prov = Provenance(
+        device=device,
+        op=op,
+        dtype=dtype,
+        source=source or "fit",
+        rows=len(train),
+        train_mape=train_err,
+        heldout_mape=held,
+        notes=notes or f"max-affine, {prof.pieces} piece(s), MdAPE in percent, seed {seed}",
+    )
+    return FitResult(
+        profile=prof.with_provenance(prov),
+        pieces=prof.pieces,
+        train_mdape_pct=train_err,
+        heldout_mdape_pct=held,
+        cv_mdape_pct_by_pieces=cv,
+        rows=n,
+        groups=len(np.unique(g)),
+        seed=seed,
+    )
+
+
+def calibrate_roofline(
+    device: Device, flops: ArrayLike, bytes_: ArrayLike, y: ArrayLike, *, dtype: str = "bf16"
+) -> Roofline:
+    """The roofline with efficiencies and overhead fitted to measured times.
+
+    Minimizes the soft-L1 relative error of ``max(flops/(e_c·peak), bytes/(e_m·BW)) + ov``
+    over ``e_c, e_m ∈ (0, 1]``, ``ov ≥ 0``. Used as the baseline a max-affine profile must
+    beat.
+    """
+    from scipy.optimize import least_squares
+
+    from hardware.roofline import Roofline
+
+    f = np.asarray(flops, dtype=np.float64)
+    b = np.asarray(bytes_, dtype=np.float64)
+    t = np.asarray(y, dtype=np.float64)
+    ideal = Roofline(device, eff_compute=1.0, eff_memory=1.0, overhead_s=0.0).times(
+        f, b, dtype=dtype
+    )
+    fs, bs, ts = ideal.compute_s, ideal.memory_s, float(np.median(t))
+
+    def res(p: Arr) -> Arr:
+        return (np.maximum(fs * p[0], bs * p[1]) + ts * p[2]) / t - 1.0
+
+    r = least_squares(
+        res, np.array([1.25, 1.25, 0.1]), bounds=([1.0, 1.0, 0.0], [1e3, 1e3, 1e3]),
+        loss="soft_l1", f_scale=0.02,
+    )  # fmt: skip
+    return Roofline(
+        device,
+        eff_compute=float(1.0 / r.x[0]),
+        eff_memory=float(1.0 / r.x[1]),
+        overhead_s=float(ts * r.x[2]),
+    )
+
+
+# --- measurements: CSV columns, filters and feature expressions ------------------------
+
+TIME_UNITS_S = {"s": 1.0, "ms": S_PER_MS, "us": S_PER_US, "ns": S_PER_NS}
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """Rows of a measurements CSV: string columns plus the parsed time in seconds."""
+
+    path: str
+    columns: dict[str, NDArray[np.str_]]
+    time_s: Arr
+
+    def __len__(self) -> int:
+        return len(self.time_s)
+
+    def numeric(self, col: str) -> Arr:
+        """A numeric column; a clear error names the column and the bad value."""
+        if col not in self.columns:
+            raise SpecError(
+                f"{self.path}: no column {col!r}; columns are {', '.join(self.columns)}"
+            )
+        raw = self.columns[col]
+        try:
+            return raw.astype(np.float64)
+        except ValueError:
+            bad = next(v for v in raw if not _is_number(v))
+            raise SpecError(
+                f"{self.path}: column {col!r} has non-numeric value {str(bad)!r}"
+            ) from None
+
+    def subset(self, keep: NDArray[np.bool_]) -> Measurements:
+        return Measurements(
+            self.path, {k: v[keep] for k, v in self.columns.items()}, self.time_s[keep]
+        )
+
+
+def _is_number(v: str) -> bool:
+    try:
+        float(v)
+    except ValueError:
+        return False
+    return True
+
+
+def time_unit_of(col: str) -> str:
+    """Unit from a column suffix: ``latency_ms`` -> ms, ``time_s`` -> s."""
+    for u in TIME_UNITS_S:
+        if col.endswith(f"_{u}"):
+            return u
+    raise SpecError(
+        f"cannot tell the unit of time column {col!r}; name it *_s/_ms/_us/_ns or give "
+        f"--time-unit ({', '.join(TIME_UNITS_S)})"
+    )
+
+
+def read_measurements(
+    path: str, *, time_col: str, time_unit: str | None = None, where: dict[str, str] | None = None
+) -> Measurements:
+    """Read a CSV of measurements; keep rows matching ``where`` (column = value).
+
+    Times must be numeric and positive: a non-numeric or negative time is an error naming
+    the row, never silently dropped.
+    """
+    import csv
+
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            rows = list(csv.reader(f))
+    except OSError as e:
+        raise SpecError(f"cannot read measurements file {path}: {e.strerror}") from None
+    if len(rows) < 2:
+        raise SpecError(f"{path}: needs a header row and at least one data row")
+    header = [h.strip() for h in rows[0]]
+    body = [r for r in rows[1:] if r]
+    if any(len(r) != len(header) for r in body):
+        raise SpecError(f"{path}: every row must have {len(header)} fields like the header")
+    cols = {h: np.array([r[i].strip() for r in body]) for i, h in enumerate(header)}
+    if time_col not in cols:
+        raise SpecError(f"{path}: no time column {time_col!r}; columns are {', '.join(header)}")
+    keep = np.ones(len(body), dtype=bool)
+    for c, v in (where or {}).items():
+        if c not in cols:
+            raise SpecError(f"{path}: --where column {c!r} not found; columns: {', '.join(header)}")
+        keep &= cols[c] == v
+    if not keep.any():
+        raise SpecError(f"{path}: no rows match {where}")
+    unit = time_unit or time_unit_of(time_col)
+    if unit not in TIME_UNITS_S:
+        raise SpecError(f"time unit {unit!r} is not one of {', '.join(TIME_UNITS_S)}")
+    raw = cols[time_col][keep]
+    t = np.empty(len(raw))
+    for i, v in enumerate(raw):
+        try:
+            t[i] = float(v)
+        except ValueError:
+            raise SpecError(
+                f"{path}: time column {time_col!r} has non-numeric value {str(v)!r}"
+            ) from None
+    if not np.all(np.isfinite(t)) or np.any(t <= 0):
+        bad = raw[~(np.isfinite(t) & (t > 0))][0]
+        raise SpecError(
+            f"{path}: times must be positive numbers; found {str(bad)!r} in {time_col!r}"
+        )
+    return Measurements(path, {k: v[keep] for k, v in cols.items()}, t * TIME_UNITS_S[unit])
+
+
+def feature_matrix(data: Measurements, exprs: list[str]) -> Arr:
+    """Evaluate feature expressions over numeric columns.
+
+    An expression is a column name, a number, ``+``, ``*``, ``/``, parentheses, and
+    ``pad(col)`` (round up to 128-row tiles) or ``log2(col)``: e.g. ``pad(m)*n*k``,
+    ``m*(n+k)``.
+    """
+    import ast
+
+    def ev(node: ast.AST) -> Arr:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Name):
+            return data.numeric(node.id)
+        if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+            return np.full(len(data), float(node.value))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add | ast.Mult | ast.Div):
+            a, b = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Add):
+                return a + b
+            return a * b if isinstance(node.op, ast.Mult) else a / b
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("pad", "log2")
+            and len(node.args) == 1
+        ):
+            v = ev(node.args[0])
+            return np.ceil(v / 128.0) * 128.0 if node.func.id == "pad" else np.log2(v)
+        raise SpecError(
+            "feature expressions use columns, numbers, + * /, ( ), pad(col) and log2(col); "
+            f"cannot use {ast.dump(node)[:40]}"
+        )
+
+    cols = []
+    for e in exprs:
+        try:
+            tree = ast.parse(e.strip(), mode="eval")
+        except SyntaxError:
+            raise SpecError(f"feature expression {e!r} is not valid") from None
+        cols.append(ev(tree))
+    X = np.stack(cols, axis=-1)
+    if not np.all(np.isfinite(X)) or np.any(X < 0):
+        raise SpecError("features must be finite and non-negative (check the expressions)")
+    return X

@@ -1,0 +1,178 @@
+"""Figures of a max-affine profile against the measurements it was fitted to.
+
+Pure functions from arrays and profiles to plotly figures (plotly imported lazily);
+:func:`figure_html` turns a figure into a self-contained HTML page that works offline
+(plotly.js embedded).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from hardware.maxaffine import MaxAffine
+from perfmodel.units import US_PER_S
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
+
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
+
+
+def _name(profile: MaxAffine, k: int) -> str:
+    return profile.piece_names[k] if profile.piece_names else f"piece {k}"
+
+
+def _shade_regimes(fig: go.Figure, x: np.ndarray, active: np.ndarray, profile: MaxAffine) -> None:
+    """One translucent band per run of consecutive points with the same active piece."""
+    start = 0
+    for i in range(1, len(x) + 1):
+        if i == len(x) or active[i] != active[start]:
+            lo = x[start] if start == 0 else 0.5 * (x[start - 1] + x[start])
+            hi = x[i - 1] if i == len(x) else 0.5 * (x[i - 1] + x[i])
+            k = int(active[start])
+            fig.add_vrect(
+                x0=lo, x1=hi, fillcolor=PALETTE[k % len(PALETTE)], opacity=0.08, line_width=0,
+                annotation_text=_name(profile, k), annotation_position="top left",
+            )  # fmt: skip
+            start = i
+
+
+def profile_figure(
+    profile: MaxAffine,
+    X: ArrayLike,
+    y_s: ArrayLike,
+    x: ArrayLike,
+    *,
+    x_label: str,
+    title: str = "",
+    crossover_x: float | None = None,
+    log_x: bool = True,
+) -> go.Figure:
+    """Measured times and the profile along a 1-D slice ``x`` of the feature space.
+
+    ``X`` holds the features of each measured point, ``x`` the value plotted on the axis
+    (e.g. the GEMM's m at fixed n, k). Each piece is drawn where it was evaluated, the
+    profile (their max) as a thick line, and the x-range where each piece is active is
+    shaded.
+    """
+    import plotly.graph_objects as go
+
+    Xa = np.asarray(X, dtype=np.float64)
+    xa = np.asarray(x, dtype=np.float64)
+    ya = np.asarray(y_s, dtype=np.float64)
+    order = np.argsort(xa, kind="stable")
+    xa, Xa, ya = xa[order], Xa[order], ya[order]
+    pieces = profile.piece_times(Xa)
+    fit = pieces.max(axis=-1)
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(
+        x=xa, y=ya * US_PER_S, mode="markers", name="measured",
+        marker={"color": "black", "size": 6},
+    ))  # fmt: skip
+    for k in range(profile.pieces):
+        fig.add_trace(go.Scatter(
+            x=xa, y=pieces[:, k] * US_PER_S, mode="lines", name=_name(profile, k),
+            line={"dash": "dash", "color": PALETTE[k % len(PALETTE)]},
+        ))  # fmt: skip
+    fig.add_trace(go.Scatter(
+        x=xa, y=fit * US_PER_S, mode="lines", name="profile (max)",
+        line={"width": 3, "color": "#444"},
+    ))  # fmt: skip
+    _shade_regimes(fig, xa, pieces.argmax(axis=-1), profile)
+    if crossover_x is not None and np.isfinite(crossover_x):
+        fig.add_vline(x=crossover_x, line_dash="dot", annotation_text=f"n* = {crossover_x:.0f}")
+    p = profile.provenance
+    fig.update_layout(
+        title=title or f"{p.op} on {p.device} ({p.source})",
+        xaxis_title=x_label,
+        yaxis_title="time (µs)",
+        template="plotly_white",
+    )
+    if log_x:
+        fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    return fig
+
+
+def expert_block_figure(
+    profile: MaxAffine,
+    G: ArrayLike,
+    N: ArrayLike,
+    tokens_per_expert: ArrayLike,
+    t_s: ArrayLike,
+    *,
+    n_star: float,
+    interval: tuple[float, float] | None = None,
+    title: str = "",
+) -> go.Figure:
+    """Expert-block time per activated expert vs tokens per expert, one colour per G.
+
+    The weights regime (below n*) and the tokens regime (above) are shaded; n* and its
+    interval are marked.
+    """
+    import plotly.graph_objects as go
+
+    Ga, Na = np.asarray(G, float), np.asarray(N, float)
+    na, ta = np.asarray(tokens_per_expert, float), np.asarray(t_s, float)
+    fig = go.Figure()
+    for j, g in enumerate(np.unique(Ga)):
+        s = Ga == g
+        o = np.argsort(na[s])
+        X = np.stack([Ga[s][o], Na[s][o]], axis=-1)
+        c = PALETTE[j % len(PALETTE)]
+        fig.add_trace(go.Scatter(
+            x=na[s][o], y=ta[s][o] * US_PER_S, mode="markers", name=f"measured, G={g:g}",
+            marker={"color": c, "size": 6},
+        ))  # fmt: skip
+        fig.add_trace(go.Scatter(
+            x=na[s][o], y=profile(X) * US_PER_S, mode="lines", name=f"profile, G={g:g}",
+            line={"color": c},
+        ))  # fmt: skip
+        for k in range(profile.pieces):
+            fig.add_trace(go.Scatter(
+                x=na[s][o], y=profile.piece_times(X)[:, k] * US_PER_S, mode="lines",
+                name=f"{_name(profile, k)}, G={g:g}", line={"color": c, "dash": "dot"},
+                showlegend=j == 0,
+            ))  # fmt: skip
+    lo_x, hi_x = float(na.min()), float(na.max())
+    if np.isfinite(n_star):
+        fig.add_vrect(
+            x0=lo_x,
+            x1=n_star,
+            fillcolor=PALETTE[0],
+            opacity=0.08,
+            line_width=0,
+            annotation_text="weights regime",
+            annotation_position="top left",
+        )
+        fig.add_vrect(
+            x0=n_star,
+            x1=hi_x,
+            fillcolor=PALETTE[1],
+            opacity=0.08,
+            line_width=0,
+            annotation_text="tokens regime",
+            annotation_position="top right",
+        )
+        label = f"n* = {n_star:.0f}"
+        if interval is not None:
+            label += f" [{interval[0]:.0f}, {interval[1]:.0f}]"
+        fig.add_vline(x=n_star, line_dash="dash", annotation_text=label)
+    p = profile.provenance
+    fig.update_layout(
+        title=title or f"expert block {p.op} on {p.device}",
+        xaxis_title="tokens per activated expert",
+        yaxis_title="block time (µs)",
+        template="plotly_white",
+    )
+    fig.update_xaxes(type="log")
+    fig.update_yaxes(type="log")
+    return fig
+
+
+def figure_html(fig: Any) -> str:
+    """A self-contained HTML page (plotly.js embedded: works offline)."""
+    return str(fig.to_html(include_plotlyjs=True, full_html=True))

@@ -1,0 +1,121 @@
+"""`perfmodel profile ...` through Typer's CliRunner: outputs, JSON and clear errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from hardware.device import load_device
+from hardware.roofline import Roofline
+
+runner = CliRunner()
+
+
+@pytest.fixture()
+def gemm_csv(tmp_path):
+    """A small synthetic GEMM table: the H100 roofline (eff 0.8/0.8, 5 us) plus 1 % noise."""
+    rl = Roofline(load_device("h100-sxm"))
+    rng = np.random.default_rng(0)
+    lines = ["gemm_dtype,m,n,k,latency_ms"]
+    for n in (256, 1024, 4096):
+        for k in (512, 2048, 8192):
+            for m in (1, 8, 64, 256, 1024, 4096):
+                t = float(rl.gemm_time_s(m, n, k)) * rng.lognormal(0.0, 0.01)
+                lines.append(f"bfloat16,{m},{n},{k},{t * 1e3:.6g}")
+    p = tmp_path / "gemm.csv"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def _fit(gemm_csv, out, *extra: str):
+    return runner.invoke(app, [
+        "profile", "fit", "--data", str(gemm_csv), "--features", "gemm",
+        "--time-col", "latency_ms", "--hardware", "h100-sxm", "--group-cols", "n,k",
+        "--op", "gemm_bf16", "--out", str(out), *extra,
+    ])  # fmt: skip
+
+
+def test_fit_show_roundtrip(gemm_csv, tmp_path) -> None:
+    out = tmp_path / "h100.toml"
+    r = _fit(gemm_csv, out, "--pieces", "2", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["pieces"] == 2 and d["rows"] == 54
+    assert d["train_mdape_pct"] < 2.0  # the data are a 2-piece max-affine with 1 % noise
+    s = runner.invoke(app, ["profile", "show", str(out), "--json"])
+    assert s.exit_code == 0
+    shown = json.loads(s.output)
+    assert shown["provenance"]["device"] == "h100-sxm"
+    assert shown["provenance"]["source"] == "gemm.csv" and shown["provenance"]["rows"] == 54
+    # refuses to overwrite
+    again = _fit(gemm_csv, out, "--pieces", "2")
+    assert again.exit_code == 2 and "--force" in again.output
+
+
+def test_profile_for_another_device_is_an_error(gemm_csv, tmp_path) -> None:
+    out = tmp_path / "h100.toml"
+    assert _fit(gemm_csv, out, "--pieces", "2").exit_code == 0
+    r = runner.invoke(app, ["profile", "show", str(out), "--hardware", "a100-sxm-80gb"])
+    assert r.exit_code == 2
+    assert "measured on 'h100-sxm', not 'a100-sxm-80gb'" in r.output
+    assert "Traceback" not in r.output
+
+
+@pytest.mark.parametrize(
+    ("edit", "args", "message"),
+    [
+        (None, ["--features", "m,q"], "no column 'q'"),
+        (None, ["--time-col", "latency_us"], "no time column 'latency_us'"),
+        ("bfloat16,8,8,8,fast", [], "non-numeric value 'fast'"),
+        ("bfloat16,8,8,8,-0.01", [], "times must be positive"),
+        (None, ["--pieces", "30"], "too few"),
+    ],
+)
+def test_bad_input_exit_2(gemm_csv, tmp_path, edit, args, message) -> None:
+    if edit:
+        gemm_csv.write_text(gemm_csv.read_text() + edit + "\n")
+    base = [
+        "profile", "fit", "--data", str(gemm_csv), "--features", "gemm",
+        "--time-col", "latency_ms", "--hardware", "h100-sxm", "--out", str(tmp_path / "o.toml"),
+    ]  # fmt: skip
+    for i, a in enumerate(args[::2]):  # later options override earlier ones
+        base += [a, args[2 * i + 1]]
+    r = runner.invoke(app, base)
+    assert r.exit_code == 2, r.output
+    assert message in r.output and "Traceback" not in r.output
+
+
+def test_crossover_derived_json() -> None:
+    r = runner.invoke(
+        app,
+        ["profile", "crossover", "--hardware", "h100-sxm", "--model", "qwen3-235b-a22b", "--json"],
+    )
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["expert_shape"] == {"hidden": 4096, "inter": 1536, "mats": 3}
+    assert d["derived_n_star"] == pytest.approx(989.4e12 / 3.35e12, rel=1e-4)  # ridge * 2 B / 2
+    bad = runner.invoke(
+        app, ["profile", "crossover", "--hardware", "h100-sxm", "--model", "llama-3.1-8b"]
+    )
+    assert bad.exit_code == 2 and "not a mixture-of-experts" in bad.output
+
+
+def test_plot_writes_offline_html(gemm_csv, tmp_path) -> None:
+    prof = tmp_path / "p.toml"
+    assert _fit(gemm_csv, prof, "--pieces", "2").exit_code == 0
+    out = tmp_path / "fit.html"
+    args = [
+        "profile", "plot", "--profile", str(prof), "--data", str(gemm_csv),
+        "--where", "n=4096", "--where", "k=2048", "--out", str(out), "--json",
+    ]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["points"] == 6
+    html = out.read_text()
+    assert "<html>" in html and len(html) > 1_000_000  # plotly.js embedded: works offline
+    assert '<script src="http' not in html and "measured" in html
+    assert runner.invoke(app, args).exit_code == 2  # no overwrite without --force
