@@ -116,6 +116,7 @@ def capacity_cmd(
         "delta": sr.delta,
         "guaranteed_rate_per_s": sr.guaranteed_rate_per_s,
         "kv_capacity_tokens": sr.kv_capacity_tokens,
+        "effective_kv_tokens": sr.effective_kv_tokens,
         "max_batched_tokens": sr.max_batched_tokens,
         "chunk_size": sr.chunk_size,
         "stable": st.stable,
@@ -157,7 +158,8 @@ def capacity_cmd(
     typer.echo(
         f"{m.id} on {plan.tp}x {d.id}, workload {w.name} (mean {sr.moments.input_tokens:.0f} in / "
         f"{sr.moments.decode_steps + 1:.0f} out), budget {sr.max_batched_tokens} tokens, "
-        f"KV {sr.kv_capacity_tokens:,} tokens"
+        f"KV {sr.kv_capacity_tokens:,} tokens ({sr.effective_kv_tokens:,.0f} usable under FIFO "
+        "admission)"
     )
     typer.echo(
         f"  service rate μ = {sr.rate_per_s:.3g} req/s, {sr.binding}-bound "

@@ -12,6 +12,7 @@ from cli import (
     hardware_cmd,
     model_cmd,
     pd_cmd,
+    phase_cmd,
     predict_cmd,
     profile_cmd,
 )
@@ -33,6 +34,7 @@ app.add_typer(cache_cmd.app, name="cache")
 app.command("capacity")(capacity_cmd.capacity_cmd)
 app.command("simulate")(capacity_cmd.simulate_cmd)
 app.add_typer(pd_cmd.app, name="pd")
+app.add_typer(phase_cmd.app, name="phase")
 
 
 def main() -> None:

@@ -135,6 +135,26 @@ def nie_memory_rate_per_s(
     return kv_capacity_tokens / (step_s * mean_lifetime_kv_token_steps)
 
 
+def renewal_mean_age(sizes: ArrayLike, weights: ArrayLike) -> float:
+    """Mean age (= mean residual) of a stationary renewal process: ``E[X²] / (2·E[X])``.
+
+    A point thrown at random on a line cut into consecutive pieces of i.i.d. sizes ``X``
+    lands in a piece with probability proportional to its size (length bias) and
+    uniformly within it, so its mean distance to the piece's start is
+    ``E[X²]/(2E[X])`` (the inspection paradox; e.g. Kleinrock, *Queueing Systems* Vol. 1,
+    §5.2, mean residual life; Ross, *Stochastic Processes*, §3.4). Deterministic ``X``
+    gives ``X/2``, exponential ``X`` gives ``E[X]``.
+    """
+    x = np.asarray(sizes, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    if x.shape != w.shape or x.size == 0 or np.any(x < 0) or np.any(w < 0) or w.sum() <= 0:
+        raise SpecError("renewal sizes and weights must be equal-length, non-negative arrays")
+    mean = float(np.dot(w, x) / w.sum())
+    if mean <= 0:
+        raise SpecError("renewal sizes must have a positive mean")
+    return float(np.dot(w, x * x) / w.sum()) / (2.0 * mean)
+
+
 def lifetime_kv_token_steps(input_tokens: ArrayLike, output_tokens: ArrayLike, chunk: int) -> Arr:
     """``g(s, o)``: KV tokens a request holds, summed over the iterations it occupies.
 

@@ -46,17 +46,23 @@ from numpy.typing import NDArray
 from scipy import stats
 
 from hardware.device import Device
-from perfmodel.batch import Batch
 from perfmodel.classic_queues import erlang_c
 from perfmodel.model import ModelSpec
 from perfmodel.parallel import ParallelPlan
-from perfmodel.servemix import RequestMoments, decode_batch
+from perfmodel.servemix import (
+    PROMPT_BINS,
+    LumpedIteration,
+    RequestMoments,
+    compress_atoms,
+    decode_batch,
+    decode_only,
+    lumped_iteration,
+)
 from perfmodel.step import step_time
 from perfmodel.workload import LengthDistribution
 
 Arr = NDArray[np.float64]
 PERCENTILES = (0.5, 0.9, 0.99)
-_S_BINS = 48
 
 
 @dataclass(frozen=True)
@@ -142,42 +148,6 @@ class _Mixture:
         return float(np.dot(self.weights, self.base + self.p * self.shape * self.scale))
 
 
-def _compress(values: NDArray[np.int64], weights: Arr, bins: int) -> tuple[Arr, Arr]:
-    """At most ``bins`` (value, weight) atoms: probability-weighted means of quantile bins."""
-    u, inv = np.unique(values, return_inverse=True)
-    w = np.bincount(inv, weights=weights)
-    if u.size <= bins:
-        return u.astype(np.float64), w.astype(np.float64)
-    cdf = np.cumsum(w) - 0.5 * w
-    b = np.minimum((cdf * bins).astype(int), bins - 1)
-    bw = np.bincount(b, weights=w, minlength=bins)
-    bv = np.bincount(b, weights=w * u, minlength=bins)
-    keep = bw > 0
-    return np.rint(bv[keep] / bw[keep]).astype(np.float64), bw[keep].astype(np.float64)
-
-
-@dataclass(frozen=True)
-class _Chunks:
-    """Every prefill chunk of every prompt atom: owner, tokens, cached context."""
-
-    owner: NDArray[np.int64]
-    tokens: Arr
-    context: Arr
-
-
-def _chunks(s: Arr, chunk: Arr) -> _Chunks:
-    """Chunks of each prompt ``s[i]`` with chunk size ``chunk`` (same shape as ``s``)."""
-    k = np.ceil(s / chunk).astype(np.int64)
-    owner = np.repeat(np.arange(s.size), k)
-    j = np.arange(owner.size) - np.repeat(np.cumsum(k) - k, k)
-    ctx = j * chunk[owner]
-    return _Chunks(owner, np.minimum(chunk[owner], s[owner] - ctx), ctx.astype(float))
-
-
-def _decode_part(n_d: float, ctx_per_seq: float, size: int) -> Batch:
-    return Batch.decode(np.full(size, n_d), np.full(size, ctx_per_seq))
-
-
 def estimate_latency(
     model: ModelSpec,
     device: Device,
@@ -204,31 +174,20 @@ def estimate_latency(
     m = moments
     if not stable:
         return _unbounded(lam)
-    s_vals, s_w = _compress(lengths.input_tokens, lengths.weights, _S_BINS)
+    s_vals, s_w = compress_atoms(lengths.input_tokens, lengths.weights, PROMPT_BINS)
     ctx_per_seq = m.decode_context_tokens / max(m.decode_steps, 1e-12)
 
-    def times(b_step: float) -> tuple[float, float, Arr, Arr, Arr, float, _Chunks]:
+    def times(b_step: float) -> LumpedIteration:
         n_d = min(lam * b_step * m.decode_steps, B - 1.0)
-        c_eff = float(min(m.chunk, max(B - math.ceil(n_d), 1)))
-        ch = _chunks(s_vals, np.full(s_vals.shape, c_eff))
-        dec = _decode_part(n_d, ctx_per_seq, ch.tokens.size)
-        with_chunk = step_time(
-            model, device, Batch.prefill(1, ch.tokens, ch.context) + dec, plan=plan
+        return lumped_iteration(
+            model, device, plan, s_vals, m, decode_seqs=n_d, max_batched_tokens=B
         )
-        t0 = float(
-            step_time(model, device, _decode_part(n_d, ctx_per_seq, 1), plan=plan).total_s[0]
-        )
-        per_chunk = with_chunk.total_s
-        d_s = np.bincount(ch.owner, weights=per_chunk, minlength=s_vals.size).astype(np.float64)
-        delta = np.bincount(ch.owner, weights=per_chunk - t0, minlength=s_vals.size).astype(
-            np.float64
-        )
-        return n_d, t0, d_s, np.maximum(delta, 0.0), per_chunk, c_eff, ch
 
     b = float(step_time(model, device, decode_batch(0.0, m), plan=plan).total_s)
     b = max(b, 1e-9)
     for _ in range(200):
-        n_d, t0, d_s, delta, _, _, ch = times(b)
+        it = times(b)
+        n_d, t0, delta = it.decode_seqs, it.decode_step_s, it.prompt_extra_s
         load = lam * float(np.dot(s_w, delta))
         if load >= 1 or n_d >= B - 1:
             return _unbounded(lam)
@@ -237,7 +196,14 @@ def estimate_latency(
             b = b_new
             break
         b = b_new
-    n_d, t0, d_s, delta, _, _, ch = times(b)
+    it = times(b)
+    n_d, t0, d_s, delta, ch = (
+        it.decode_seqs,
+        it.decode_step_s,
+        it.prompt_s,
+        it.prompt_extra_s,
+        it.chunks,
+    )
     mean_delta = float(np.dot(s_w, delta))
 
     # Prefill: gated batch service. Iteration k+1 carries the prompts that arrived during
@@ -284,7 +250,7 @@ def estimate_latency(
     rho_d = min(lam * mean_d, 0.999)
     n_left = lam * (w_total + mean_d) / max(rho_d, 1e-12)
     k_mean = n_left * mean_d / (1 - rho_d) / t_pre
-    n_vals, n_w = _compress(lengths.output_tokens - 1, lengths.weights, _S_BINS * 2)
+    n_vals, n_w = compress_atoms(lengths.output_tokens - 1, lengths.weights, PROMPT_BINS * 2)
     keep = n_vals >= 1
     p_multi = float(n_w[keep].sum())  # P(o >= 2): requests that have a TPOT
     n_vals, n_w = n_vals[keep], n_w[keep] / p_multi
@@ -292,7 +258,7 @@ def estimate_latency(
     # A decoding request sees itself plus the others (Palm): its decode step is costed at
     # n_d + 1 sequences, which matters when n_d is small (MoE experts activated, tiles).
     seen = float(
-        step_time(model, device, _decode_part(n_d + 1, ctx_per_seq, 1), plan=plan).total_s[0]
+        step_time(model, device, decode_only(n_d + 1, ctx_per_seq, 1), plan=plan).total_s[0]
     )
     t0_seen = max(seen, t0)
     tpot_n = b + (t0_seen - t0) + rho_d * max(t_pre - b, 0.0) * busy_frac

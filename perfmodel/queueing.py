@@ -9,12 +9,43 @@ Public API (stable; other modules build on it):
   - compute (Li–Dai–Peng, arXiv 2504.07347, Thm 2): a work-conserving engine processes
     at most ``b_max / t_{b_max}`` tokens/s, so ``μ_compute = B / (t_full·(E[s]+E[o]−1))``
     with ``t_full`` the step time of a full budget of ``B`` tokens at the saturated mix;
-  - KV memory (Nie–Si–Zhou, arXiv 2605.04595): ``μ_memory = M / (b̄·E[g(s,o)])`` with
-    ``b̄`` the step time of the iteration in which the resident KV fills ``M`` tokens
-    (``M/E[g]`` requests complete per iteration there, see ``servemix``).
+  - KV memory (Nie–Si–Zhou, arXiv 2605.04595): ``μ_memory = M_eff / (b̄·E[g(s,o)])``,
+    derived below.
 
   ``μ = min``; the smaller names the binding bound; ``δ = max(s+o)/M`` and
   ``μ(1 − δ)`` is the rate below which every work-conserving policy is stable.
+
+**The memory bound.** Little's law in iteration time: if the cache holds ``L`` KV tokens
+on average during an iteration and a request holds ``E[g]`` token·iterations over its
+life, a saturated engine completes ``L/E[g]`` requests per iteration, i.e.
+``μ = L / (b̄·E[g])`` with ``b̄`` the mean iteration time there. Nie et al. take
+``L = M`` and a measured median ``b̄``. Two corrections make it predictive:
+
+* *Occupancy.* FIFO admission cannot keep the cache full. The engine admits only while
+  the KV in use stays below ``(1 − w)·M`` (watermark ``w``), and the head-of-line
+  request only once its whole first chunk ``c = min(s, C)`` fits. Free tokens arrive from
+  completions and are consumed by prompts in FIFO order, so the free space waiting for
+  the next prompt is the age of a renewal process whose intervals are the first chunks:
+  on average ``E[c²]/(2E[c])`` (the inspection paradox,
+  :func:`perfmodel.classic_queues.renewal_mean_age`). Hence
+  ``L = M_eff = M − ⌊w·M⌋ − E[c²]/(2E[c])``. Neglected: decode growth into that gap
+  between completions (it refills up to ``E[o−1]`` tokens: ``M_eff`` is slightly low)
+  and the recompute after preemptions (rare when a prompt is admitted whole).
+* *Iteration time.* At that operating point ``r = M_eff/E[g]`` prompts start per
+  iteration and ``n_d = r·E[o−1]`` requests decode (Little). The prompts come as whole
+  chunks, ``K ~ Poisson(r·E[chunks])`` per iteration, so
+  ``b̄ = E_K[t(n_d decodes + K chunks)]``
+  (:func:`perfmodel.servemix.poisson_iteration_s`). The step time of the *mean* batch
+  (prompt tokens spread thinly over every iteration) is smaller by Jensen's inequality
+  when one prompt turns a memory-bound decode step compute-bound; with it the bound was
+  20–38 % too high on caches of 100,000 tokens. (When ``r ≥ B/E[tokens]`` the budget
+  fills before the cache, compute binds, and ``b̄`` is the mean batch's time.)
+
+Both quantities follow from the length distribution, the chunk size and the engine's
+watermark; nothing is fitted to the simulator. Known limit: with chunks much smaller
+than the prompts (``C`` = 512–2,048 for ``chat``) the engine admits requests whose later
+chunks do not fit and preempts others to run them; the recompute costs 14–25 % of the
+memory-bound throughput at ``M`` = 100,000, which this bound does not model.
 * :func:`stability` -> :class:`Stability`: verdict, utilization ``λ/μ`` and margin.
 * :func:`latency` -> :class:`perfmodel.latency.LatencyEstimate`: TTFT/TPOT means and
   p50/p90/p99 at a rate.
@@ -31,13 +62,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.device import Device
-from perfmodel.classic_queues import nie_memory_rate_per_s, work_conserving_capacity_tokens_per_s
+from perfmodel.classic_queues import (
+    nie_memory_rate_per_s,
+    renewal_mean_age,
+    work_conserving_capacity_tokens_per_s,
+)
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.latency import LatencyEstimate, estimate_latency
 from perfmodel.memory import DEFAULT_MAX_BATCHED_TOKENS, describe_shortfall, memory_fit
 from perfmodel.model import ModelSpec
 from perfmodel.parallel import ParallelPlan
-from perfmodel.servemix import RequestMoments, mix_batch, request_moments
+from perfmodel.servemix import (
+    DEFAULT_WATERMARK,
+    PROMPT_BINS,
+    RequestMoments,
+    compress_atoms,
+    mix_batch,
+    poisson_iteration_s,
+    request_moments,
+)
 from perfmodel.step import step_time
 from perfmodel.workload import SLO, Workload, check_rate
 
@@ -78,6 +121,8 @@ class ServiceRate:
     memory_step_s: float  # b̄: iteration time when the KV is full
     capacity_tokens_per_s: float  # B / t_full (Li–Dai–Peng)
     moments: RequestMoments
+    effective_kv_tokens: float = 0.0  # M_eff = M − watermark·M − E[c²]/(2E[c]) (see above)
+    admission_slack_tokens: float = 0.0  # E[c²]/(2E[c]): KV left free by FIFO admission
 
     @property
     def largest_request_fits(self) -> bool:
@@ -141,6 +186,7 @@ def service_rate(
     kv_capacity_tokens: int | None = None,
     max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
     chunk_size: int | None = None,
+    admission_watermark: float = DEFAULT_WATERMARK,
 ) -> ServiceRate:
     """The stable service rate ``μ`` of one instance (see the module docstring).
 
@@ -154,6 +200,9 @@ def service_rate(
     chunk_size
         Largest prefill chunk of one request per iteration (vLLM
         ``long_prefill_token_threshold``); default ``B``.
+    admission_watermark
+        Fraction of ``M`` kept free at admission (the engine's watermark, as in
+        :func:`perfmodel.simulate.simulate`).
     """
     for name, v in (("max_batched_tokens", max_batched_tokens), ("chunk_size", chunk_size)):
         if v is not None and not (isinstance(v, int | np.integer) and v >= 1):
@@ -168,13 +217,33 @@ def service_rate(
         )
     else:
         M = int(kv_capacity_tokens)
+    if not 0 <= admission_watermark < 1:
+        raise SpecError(
+            f"admission watermark must be a fraction in [0, 1), got {admission_watermark}"
+        )
     m = request_moments(workload.lengths, chunk)
+    lengths = workload.lengths
+    slack = renewal_mean_age(np.minimum(lengths.input_tokens, chunk), lengths.weights)
+    m_eff = max(M - int(admission_watermark * M) - slack, 1.0)
     r_compute = B / m.tokens
-    r_memory = M / m.lifetime_kv_token_steps
+    r_memory = m_eff / m.lifetime_kv_token_steps
     t = step_time(model, device, mix_batch(np.array([r_compute, r_memory]), m), plan=plan).total_s
     t_full, t_mem = float(t[0]), float(t[1])
+    if r_memory < r_compute:  # the cache fills before the budget: iterations are not full
+        s_vals, s_w = compress_atoms(lengths.input_tokens, lengths.weights, PROMPT_BINS)
+        t_mem = poisson_iteration_s(
+            model,
+            device,
+            plan,
+            s_vals,
+            s_w,
+            m,
+            prompts_per_step=r_memory,
+            decode_seqs=min(r_memory * m.decode_steps, B - 1.0),
+            max_batched_tokens=B,
+        )
     mu_c = work_conserving_capacity_tokens_per_s(B, t_full) / m.tokens
-    mu_m = nie_memory_rate_per_s(M, t_mem, m.lifetime_kv_token_steps)
+    mu_m = nie_memory_rate_per_s(m_eff, t_mem, m.lifetime_kv_token_steps)
     mu = min(mu_c, mu_m)
     delta = m.max_total_tokens / M
     return ServiceRate(
@@ -195,6 +264,8 @@ def service_rate(
         memory_step_s=t_mem,
         capacity_tokens_per_s=B / t_full,
         moments=m,
+        effective_kv_tokens=m_eff,
+        admission_slack_tokens=slack,
     )
 
 
@@ -224,7 +295,8 @@ def latency(service: ServiceRate, rate_per_s: float) -> LatencyEstimate:
         service.workload.lengths,
         service.moments,
         rate_per_s=rate_per_s,
-        kv_capacity_tokens=service.kv_capacity_tokens,
+        # the memory queue's servers are the usable KV (M_eff), as in the memory bound
+        kv_capacity_tokens=max(1, int(service.effective_kv_tokens or service.kv_capacity_tokens)),
         max_batched_tokens=service.max_batched_tokens,
         arrival_cv=service.workload.arrival_cv,
         full_step_s=service.full_step_s,

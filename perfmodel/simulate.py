@@ -22,13 +22,13 @@ The engine is modeled on vLLM's V1 scheduler, one iteration at a time:
 
 A request whose ``s + o`` exceeds ``M`` could never finish; it is rejected on
 arrival and counted. TPOT of a request is ``(finish − first token)/(o − 1)`` for
-``o ≥ 2``. Time is continuous; randomness is only in the inputs (seeded).
+``o ≥ 2``. Time is continuous; randomness is only in the inputs (seeded). The loop itself
+(scalar per-request state, exact decode-only skip-ahead) is :mod:`perfmodel.simengine`.
 """
 
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -38,12 +38,13 @@ from hardware.device import Device
 from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.parallel import ParallelPlan
+from perfmodel.servemix import DEFAULT_WATERMARK
+from perfmodel.simengine import run_engine
 from perfmodel.steptable import StepTable, build_step_table
 from perfmodel.workload import LengthDistribution, RenewalArrivals
 
 Arr = NDArray[np.float64]
 IntArr = NDArray[np.int64]
-DEFAULT_WATERMARK = 0.01
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,22 @@ class SimResult:
         t, q = self.queue_t_s[m], self.queue_len[m].astype(float)
         return float(np.polyfit(t, q, 1)[0])
 
+    def window_throughput_per_s(self, *, start_fraction: float = 0.5) -> float:
+        """Completions per second over ``[start_fraction·T, T]``, ``T`` the last arrival.
+
+        The window skips the warm-up from an empty system. A stable engine serves the
+        offered rate there; an overloaded one is backlogged and serves its saturation
+        rate, whatever the noise of the arrivals, so ``λ −`` this is the growth rate of
+        the requests in the system (waiting or running).
+        """
+        if self.arrival_s.size < 2 or not 0 <= start_fraction < 1:
+            return 0.0
+        last = float(self.arrival_s[-1])
+        lo = start_fraction * last
+        f = self.finish_s
+        n = int(np.count_nonzero((f > lo) & (f <= last)))
+        return n / (last - lo) if last > lo else 0.0
+
     def saturation_throughput_per_s(self, lo: float = 0.2, hi: float = 0.8) -> float:
         """Completion rate between the ``lo`` and ``hi`` quantiles of completions."""
         f = np.sort(self.finish_s[self.completed])
@@ -145,8 +162,13 @@ def simulate(
     max_time_s: float = math.inf,
     queue_samples: int = 2000,
     admission_watermark: float = DEFAULT_WATERMARK,
+    skip_ahead: bool = True,
 ) -> SimResult:
-    """Run the engine on the given requests (arrival times non-decreasing)."""
+    """Run the engine on the given requests (arrival times non-decreasing).
+
+    ``skip_ahead`` advances runs of identical decode-only iterations in one vectorized
+    step (exact; see :mod:`perfmodel.simengine`); ``False`` steps every iteration.
+    """
     arr = np.asarray(arrival_s, dtype=np.float64)
     s_in = np.asarray(input_tokens, dtype=np.int64)
     o_out = np.asarray(output_tokens, dtype=np.int64)
@@ -166,208 +188,33 @@ def simulate(
         raise SpecError("KV capacity and chunk size must be >= 1")
     if not 0 <= admission_watermark < 1:
         raise SpecError("admission watermark must be a fraction in [0, 1)")
-    reserve = int(admission_watermark * M)
-
-    first = np.full(n, math.inf)
-    finish = np.full(n, math.inf)
-    gen_done = np.zeros(n, dtype=np.int64)  # tokens generated (kept across preemption)
-
-    cap = 256
-    s_req = np.zeros(cap, np.int64)
-    s_ctx = np.zeros(cap, np.int64)
-    s_rem = np.zeros(cap, np.int64)
-    s_gen = np.zeros(cap, np.int64)
-    s_out = np.zeros(cap, np.int64)
-    s_seq = np.zeros(cap, np.int64)
-    s_act = np.zeros(cap, dtype=bool)
-    free: list[int] = list(range(cap - 1, -1, -1))
-    n_active = 0
-
-    waiting: deque[int] = deque()
-    nxt = 0  # next arrival index
-    t = 0.0
-    kv_used = 0
-    seq = 0
-    rejected = preemptions = iterations = 0
-    busy = 0.0
-    q_every = max(1, n // max(queue_samples, 1))
-    q_t: list[float] = []
-    q_len: list[int] = []
-    q_kv: list[int] = []
-    tt = table.time_s
-
-    def grow() -> None:
-        nonlocal cap, s_req, s_ctx, s_rem, s_gen, s_out, s_seq, s_act
-        new = cap * 2
-        s_req, s_ctx, s_rem, s_gen, s_out, s_seq = (
-            np.concatenate([a, np.zeros(cap, np.int64)])
-            for a in (s_req, s_ctx, s_rem, s_gen, s_out, s_seq)
-        )
-        s_act = np.concatenate([s_act, np.zeros(cap, dtype=bool)])
-        free.extend(range(new - 1, cap - 1, -1))
-        cap = new
-
-    def preempt_newest() -> int:
-        """Free the most recently admitted running request; return its slot."""
-        nonlocal kv_used, n_active, preemptions
-        k = int(np.argmax(np.where(s_act, s_seq, -1)))
-        r = int(s_req[k])
-        kv_used -= int(s_ctx[k])
-        gen_done[r] = s_gen[k]
-        s_act[k] = False
-        free.append(k)
-        n_active -= 1
-        preemptions += 1
-        waiting.appendleft(r)
-        return k
-
-    sample_i = 0
-    while True:
-        while nxt < n and arr[nxt] <= t:
-            if s_in[nxt] + o_out[nxt] > M:
-                rejected += 1
-            else:
-                waiting.append(nxt)
-            nxt += 1
-        if n_active == 0 and not waiting:
-            if nxt >= n:
-                break
-            t = max(t, float(arr[nxt]))
-            continue
-        if t > max_time_s:
-            break
-        if iterations % q_every == 0 or sample_i < 64:
-            sample_i += 1
-            q_t.append(t)
-            q_len.append(len(waiting))
-            q_kv.append(kv_used)
-        # ---- 2. running requests: decodes (vectorized), then ongoing prefills -------------
-        dec = s_act & (s_rem == 0)
-        n_dec = int(np.count_nonzero(dec))
-        if n_dec > B:  # budget caps the decodes: the oldest B run
-            idx = np.flatnonzero(dec)
-            keep = idx[np.argsort(s_seq[idx], kind="stable")[:B]]
-            dec = np.zeros(cap, dtype=bool)
-            dec[keep] = True
-            n_dec = B
-        while n_dec and kv_used + n_dec > M:
-            k = preempt_newest()
-            if dec[k]:
-                dec[k] = False
-                n_dec -= 1
-        kv_used += n_dec
-        budget = B - n_dec
-        d_ctx = int(np.dot(s_ctx, dec)) if n_dec else 0
-        pre_tok = pre_seqs = 0
-        pairs = 0.0
-        kv_read = 0
-        chunks: list[tuple[int, int]] = []
-        if budget > 0:
-            ongoing = np.flatnonzero(s_act & (s_rem > 0))
-            if ongoing.size > 1:
-                ongoing = ongoing[np.argsort(s_seq[ongoing], kind="stable")]
-            for k in ongoing.tolist():
-                if budget <= 0:
-                    break
-                if not s_act[k]:
-                    continue
-                c = min(int(s_rem[k]), C, budget)
-                while kv_used + c > M and s_act[k]:
-                    v = preempt_newest()
-                    if dec[v]:
-                        dec[v] = False
-                        n_dec -= 1
-                        kv_used -= 1
-                        budget += 1
-                        d_ctx -= int(s_ctx[v])
-                if not s_act[k]:
-                    continue
-                c = min(int(s_rem[k]), C, budget)
-                chunks.append((k, c))
-                kv_used += c
-                budget -= c
-        # ---- 3. admit waiting requests FIFO while the budget and the KV allow ------------
-        while budget > 0 and waiting:
-            r = waiting[0]
-            rem = int(s_in[r] + gen_done[r])  # recompute prompt + generated after preemption
-            c = min(rem, C, budget)
-            if kv_used + c > M - reserve:
-                break
-            waiting.popleft()
-            if not free:
-                grow()
-            k = free.pop()
-            s_req[k], s_ctx[k], s_rem[k] = r, 0, rem
-            s_gen[k], s_out[k], s_seq[k] = gen_done[r], o_out[r], seq
-            s_act[k] = True
-            seq += 1
-            n_active += 1
-            chunks.append((k, c))
-            kv_used += c
-            budget -= c
-        if dec.size < cap:  # the slot arrays grew during admission
-            dec = np.concatenate([dec, np.zeros(cap - dec.size, dtype=bool)])
-        for k, c in chunks:
-            ctx = int(s_ctx[k])
-            pre_tok += c
-            pairs += c * ctx + c * (c + 1) / 2
-            kv_read += ctx + c
-        pre_seqs = len(chunks)
-        tokens = n_dec + pre_tok
-        if tokens == 0:  # nothing fits: the head request waits for memory that never frees
-            if n_active == 0 and waiting:
-                raise SpecError("a request cannot be admitted into an empty KV cache")
-            continue
-        dt = tt(
-            tokens,
-            n_dec + pre_seqs,
-            pairs,
-            d_ctx + n_dec,
-            d_ctx + kv_read,
-            prefill_tokens=pre_tok,
-            prefill_seqs=pre_seqs,
-            decode_seqs=n_dec,
-        )
-        t += dt
-        busy += dt
-        iterations += 1
-        # ---- 4. apply the iteration ---------------------------------------------------------
-        if n_dec:
-            s_ctx += dec
-            s_gen += dec
-        done_pref: list[int] = []
-        for k, c in chunks:
-            s_ctx[k] += c
-            s_rem[k] -= c
-            if s_rem[k] == 0:
-                s_gen[k] += 1
-                r = int(s_req[k])
-                if first[r] == math.inf:
-                    first[r] = t
-                done_pref.append(k)
-        fin = np.flatnonzero(dec & (s_gen >= s_out)) if n_dec else np.zeros(0, dtype=np.int64)
-        extra = [k for k in done_pref if s_gen[k] >= s_out[k]]
-        if fin.size or extra:
-            ks = np.concatenate([fin, np.asarray(extra, dtype=np.int64)])
-            finish[s_req[ks]] = t
-            kv_used -= int(s_ctx[ks].sum())
-            s_act[ks] = False
-            free.extend(ks.tolist())
-            n_active -= ks.size
+    run = run_engine(
+        table,
+        arr,
+        s_in,
+        o_out,
+        kv_capacity_tokens=M,
+        max_batched_tokens=B,
+        chunk_size=C,
+        reserve_tokens=int(admission_watermark * M),
+        max_time_s=max_time_s,
+        queue_samples=queue_samples,
+        skip_ahead=skip_ahead,
+    )
     return SimResult(
         arrival_s=arr,
         input_tokens=s_in,
         output_tokens=o_out,
-        first_token_s=first,
-        finish_s=finish,
-        rejected=rejected,
-        preemptions=preemptions,
-        iterations=iterations,
-        busy_s=busy,
-        end_s=t,
-        queue_t_s=np.asarray(q_t),
-        queue_len=np.asarray(q_len, dtype=np.int64),
-        kv_used_tokens=np.asarray(q_kv, dtype=np.int64),
+        first_token_s=run.first_token_s,
+        finish_s=run.finish_s,
+        rejected=run.rejected,
+        preemptions=run.preemptions,
+        iterations=run.iterations,
+        busy_s=run.busy_s,
+        end_s=run.end_s,
+        queue_t_s=run.queue_t_s,
+        queue_len=run.queue_len,
+        kv_used_tokens=run.kv_used_tokens,
     )
 
 
@@ -404,6 +251,7 @@ def simulate_workload(
     n_requests: int,
     seed: int,
     max_time_s: float = math.inf,
+    skip_ahead: bool = True,
 ) -> SimResult:
     """Sample ``n_requests`` from ``lengths`` with ``arrivals`` (None: all at t = 0)."""
     rng = np.random.default_rng(seed)
@@ -418,6 +266,7 @@ def simulate_workload(
         max_batched_tokens=setup.max_batched_tokens,
         chunk_size=setup.chunk_size,
         max_time_s=max_time_s,
+        skip_ahead=skip_ahead,
     )
 
 

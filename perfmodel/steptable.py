@@ -16,6 +16,7 @@ False and :meth:`StepTable.time_s` calls ``step_time`` directly (slow but correc
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -90,6 +91,43 @@ class StepTable:
         c = self.attn_prefill_pair_s * prefill_pairs + self.attn_decode_pair_s * decode_pairs
         m = self.attn_kv_token_s * kv_read_tokens + self.attn_token_s * tokens
         return float(self.token_s[tokens] + self.rows_s[rows]) + max(c, m) + self.attn_overhead_s
+
+    def decode_step_fn(self, seqs: int) -> Callable[[int], float]:
+        """``x ↦`` time of one decode-only iteration of ``seqs`` requests with total context ``x``.
+
+        Equal bit for bit to ``time_s(seqs, seqs, 0.0, x + seqs, x, decode_seqs=seqs)``
+        (the same float operations), with the terms that do not depend on ``x`` hoisted;
+        a subclass overriding :meth:`time_s` or a non-``exact`` table goes through it.
+        """
+        if not self.exact or type(self).time_s is not StepTable.time_s or seqs <= 0:
+            return lambda x: self.time_s(seqs, seqs, 0.0, x + seqs, x, decode_seqs=seqs)
+        base = float(self.token_s[seqs] + self.rows_s[seqs])
+        zero = self.attn_prefill_pair_s * 0.0
+        a_dp, a_kv, tok = self.attn_decode_pair_s, self.attn_kv_token_s, self.attn_token_s * seqs
+        over = self.attn_overhead_s
+        return lambda x: base + max(zero + a_dp * (x + seqs), a_kv * x + tok) + over
+
+    def decode_run_s(self, seqs: int, context_tokens: int, steps: int) -> Arr:
+        """Times of ``steps`` consecutive decode-only iterations of ``seqs`` requests.
+
+        Iteration ``i`` reads a total context of ``context_tokens + i·seqs`` (every request
+        appends one token per iteration). Element ``i`` equals
+        ``time_s(seqs, seqs, 0.0, x_i + seqs, x_i, decode_seqs=seqs)`` bit for bit: the same
+        float operations in the same order, vectorized over ``i``. A subclass that
+        overrides :meth:`time_s`, or a table that is not ``exact``, is evaluated one
+        iteration at a time through :meth:`time_s`.
+        """
+        x = context_tokens + seqs * np.arange(steps, dtype=np.int64)
+        if not self.exact or type(self).time_s is not StepTable.time_s:
+            return np.array(
+                [self.time_s(seqs, seqs, 0.0, xi + seqs, xi, decode_seqs=seqs) for xi in x.tolist()]
+            )
+        if seqs <= 0:
+            return np.zeros(steps)
+        c = self.attn_prefill_pair_s * 0.0 + self.attn_decode_pair_s * (x + seqs)
+        m = self.attn_kv_token_s * x + self.attn_token_s * seqs
+        base = float(self.token_s[seqs] + self.rows_s[seqs])
+        return base + np.maximum(c, m) + self.attn_overhead_s
 
     def batch_time_s(self, b: Batch) -> Arr:
         """Vectorized table evaluation of batches with integer token and row counts."""

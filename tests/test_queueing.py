@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -35,9 +36,17 @@ def test_service_rate_is_min_of_bounds(chat_rate: q.ServiceRate) -> None:
     # compute bound: B tokens per full iteration, E[s] + E[o] − 1 tokens per request
     t_full = float(step_time(M8, H100, mix_batch(sr.max_batched_tokens / m.tokens, m)).total_s)
     assert sr.compute_rate_per_s == pytest.approx(sr.max_batched_tokens / t_full / m.tokens)
-    # memory bound: M / (b̄ E[g]) at the KV-full iteration
+    # memory bound: M_eff / (b̄ E[g]) at the KV-full iteration, with M_eff the capacity
+    # minus the 1 % admission watermark and the mean free space E[c²]/(2E[c]) that FIFO
+    # admission of whole first chunks c = min(s, C) leaves
+    s, w = CHAT.lengths.input_tokens, CHAT.lengths.weights
+    c = np.minimum(s, sr.chunk_size).astype(float)
+    slack = float(np.dot(w, c * c)) / (2 * float(np.dot(w, c)))
+    M = sr.kv_capacity_tokens
+    assert sr.admission_slack_tokens == pytest.approx(slack)
+    assert sr.effective_kv_tokens == pytest.approx(M - M // 100 - slack)
     assert sr.memory_rate_per_s == pytest.approx(
-        sr.kv_capacity_tokens / (sr.memory_step_s * m.lifetime_kv_token_steps)
+        (M - M // 100 - slack) / (sr.memory_step_s * m.lifetime_kv_token_steps)
     )
     assert sr.rate_per_s == min(sr.compute_rate_per_s, sr.memory_rate_per_s)
     assert sr.delta == pytest.approx(m.max_total_tokens / sr.kv_capacity_tokens)
@@ -132,3 +141,28 @@ def test_model_that_does_not_fit() -> None:
 
     with pytest.raises(InfeasibleError, match="does not fit"):
         q.service_rate(load_model("llama-3.1-70b"), H100, PLAN, CHAT)
+
+
+def test_poisson_iteration_hand_checked() -> None:
+    """Fixed 1,000-token prompts, r = 0.5 per iteration: b̄ = Σ_k P(k)·t(n_d decodes + k
+    prompts) with K ~ Poisson(0.5) (each prompt one chunk, context 0)."""
+    from scipy import stats
+
+    from perfmodel.servemix import poisson_iteration_s, request_moments
+    from perfmodel.workload import fixed_lengths
+
+    lengths = fixed_lengths(1000, 101)
+    m = request_moments(lengths, 8192)
+    r, n_d = 0.5, 50.0
+    got = poisson_iteration_s(
+        M8, H100, PLAN, np.array([1000.0]), np.array([1.0]), m,
+        prompts_per_step=r, decode_seqs=n_d, max_batched_tokens=8192,
+    )  # fmt: skip
+    k = np.arange(12.0)
+    ctx = m.decode_context_tokens / m.decode_steps
+    b = Batch(1000 * k, k, k * 1000 * 1001 / 2, 1000 * k, np.full(12, n_d), np.full(12, n_d * ctx))
+    want = float(np.dot(stats.poisson.pmf(k, r), step_time(M8, H100, b).total_s))
+    assert got == pytest.approx(want, rel=2e-3)
+    # lumps cost more than the mean batch here (a lone prompt makes the step compute-bound)
+    mean_batch = Batch(*(np.array(v) for v in (500.0, 0.5, 250_250.0, 500.0, n_d, n_d * ctx)))
+    assert got > float(step_time(M8, H100, mean_batch).total_s)

@@ -15,6 +15,7 @@ from perfmodel.classic_queues import (
     lifetime_kv_token_steps,
     nie_memory_rate_per_s,
     pollaczek_khinchine_wait_s,
+    renewal_mean_age,
     work_conserving_capacity_tokens_per_s,
 )
 from perfmodel.workload import LengthDistribution
@@ -107,3 +108,13 @@ def test_lifetime_kv_hand_derived() -> None:
     assert float(lifetime_kv_token_steps(5, 3, 2)) == 24.0
     # one-token output: only the prefill
     assert float(lifetime_kv_token_steps(7, 1, 100)) == 7.0
+
+
+def test_renewal_mean_age_textbook_cases() -> None:
+    """E[X²]/(2E[X]): X/2 if deterministic, E[X] if exponential (inspection paradox)."""
+    assert renewal_mean_age([800.0], [1.0]) == pytest.approx(400.0)
+    # two sizes 1 and 3, equally likely: E[X²] = 5, E[X] = 2 -> 1.25 (not E[X]/2 = 1)
+    assert renewal_mean_age([1.0, 3.0], [0.5, 0.5]) == pytest.approx(1.25)
+    # exponential with mean 500 tokens, discretized finely: mean age -> 500
+    x = -500.0 * np.log1p(-(np.arange(200_000) + 0.5) / 200_000)
+    assert renewal_mean_age(x, np.full(x.size, 1 / x.size)) == pytest.approx(500.0, rel=2e-3)

@@ -1,0 +1,151 @@
+"""``perfmodel phase stability``: stable / unstable / SLO-feasible regions of one instance."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.capacity_cmd import (
+    DEFAULT_HARDWARE,
+    DEFAULT_MODEL,
+    BudgetOpt,
+    ChunkOpt,
+    CvOpt,
+    HwOpt,
+    KvOpt,
+    ModelOpt,
+    TpOpt,
+    TraceOpt,
+    WlOpt,
+    _setup,
+)
+from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+
+app = typer.Typer(help="Phase diagrams: where the system is stable.", no_args_is_help=True)
+
+
+def _numbers(text: str | None, flag: str) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        vals = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise fail(f"{flag} must be comma-separated numbers, got {text!r}") from None
+    if not vals or any(not (v > 0 and v < float("inf")) for v in vals):
+        raise fail(f"{flag} needs one or more positive numbers, got {text!r}")
+    return vals
+
+
+@app.command("stability")
+@handle_errors
+def stability_cmd(
+    out: Annotated[Path, typer.Option(help="Output HTML file (self-contained).")],
+    model: ModelOpt = DEFAULT_MODEL,
+    hardware: HwOpt = DEFAULT_HARDWARE,
+    tp: TpOpt = 1,
+    workload: WlOpt = "chat",
+    trace: TraceOpt = None,
+    arrival_cv: CvOpt = 1.0,
+    ttft_slo_ms: Annotated[float, typer.Option(help="TTFT target, ms.")] = 500.0,
+    tpot_slo_ms: Annotated[float, typer.Option(help="TPOT target, ms.")] = 50.0,
+    slo_percentile: Annotated[float, typer.Option(help="Percentile the targets apply to.")] = 0.9,
+    goal: Annotated[float, typer.Option(help="Fraction of requests that must meet both.")] = 0.9,
+    kv_capacity_tokens: KvOpt = None,
+    max_batched_tokens: BudgetOpt = 8192,
+    chunk_size: ChunkOpt = None,
+    output_tokens: Annotated[
+        str | None,
+        typer.Option(help="Mean output lengths of the first panel (default: 0.25..4 × E[o])."),
+    ] = None,
+    kv_grid_tokens: Annotated[
+        str | None,
+        typer.Option(help="KV capacities of the second panel (default: geometric to M)."),
+    ] = None,
+    rates: Annotated[int, typer.Option(help="Arrival rates per panel (geometric).")] = 16,
+    sim_rows: Annotated[int, typer.Option(help="Rows per panel checked by simulation.")] = 3,
+    sim_requests: Annotated[
+        int, typer.Option(help="Requests per simulated point (0: no simulation).")
+    ] = 2000,
+    seed: Annotated[int, typer.Option(help="Random seed of the simulations.")] = 0,
+    force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
+    json_out: bool = JsonOpt,
+) -> None:
+    """Arrival rate × mean output length and × KV capacity: regimes, boundary, simulation."""
+    from perfmodel.workload import SLO
+    from reports.stability_plot import (
+        DEFAULT_KV_POINTS,
+        DEFAULT_OUTPUT_SCALES,
+        DEFAULT_SIM_LOADS,
+        stability_html,
+        stability_phase,
+        sweep_steps,
+    )
+
+    if out.exists() and not force:
+        raise fail(f"{out} exists; pass --force to overwrite it")
+    if not out.parent.is_dir():
+        raise fail(f"directory {out.parent} does not exist")
+    if rates < 2:
+        raise fail(f"--rates must be >= 2, got {rates}")
+    if sim_rows < 0 or sim_requests < 0:
+        raise fail("--sim-rows and --sim-requests must be >= 0")
+    for flag, v in (("--ttft-slo-ms", ttft_slo_ms), ("--tpot-slo-ms", tpot_slo_ms)):
+        if not v > 0:
+            raise fail(f"{flag} must be a positive number of milliseconds, got {v}")
+    outs = _numbers(output_tokens, "--output-tokens")
+    kvs = _numbers(kv_grid_tokens, "--kv-grid-tokens")
+    slo = SLO(ttft_slo_ms / 1e3, tpot_slo_ms / 1e3, slo_percentile, goal)
+    m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv)
+    steps = sweep_steps(
+        output_rows=len(outs) if outs else len(DEFAULT_OUTPUT_SCALES),
+        kv_rows=len(kvs) if kvs else DEFAULT_KV_POINTS,
+        sim_rows=sim_rows,
+        sim_loads=len(DEFAULT_SIM_LOADS),
+        sim_requests=sim_requests,
+    )
+    with typer.progressbar(length=steps, label="sweeping", file=sys.stderr) as bar:
+        phase = stability_phase(
+            m,
+            d,
+            plan,
+            w,
+            slo=slo,
+            mean_output_tokens=outs,
+            kv_capacities_tokens=[int(k) for k in kvs] if kvs else None,
+            kv_capacity_tokens=kv_capacity_tokens,
+            max_batched_tokens=max_batched_tokens,
+            chunk_size=chunk_size,
+            rates=rates,
+            sim_rows=sim_rows,
+            sim_requests=sim_requests,
+            seed=seed,
+            progress=bar.update,
+        )
+    write_atomic(out, stability_html(phase), force=force)
+    if json_out:
+        echo_json(phase.to_dict())
+        return
+    typer.echo(f"{m.id} on {plan.tp}x {d.id}, workload {w.name}; wrote {out}")
+    for p in phase.panels:
+        rows = [
+            [
+                f"{r.y:,.0f}",
+                f"{r.service_rate_per_s:.3g}",
+                r.binding if r.largest_request_fits else "largest request > KV",
+                f"{r.goodput_per_s:.3g}" if r.slo_feasible else "infeasible",
+                f"{r.guaranteed_rate_per_s:.3g}",
+            ]
+            for r in p.rows
+        ]
+        typer.echo(f"\n{p.y_label}: stability boundary μ and goodput (req/s)")
+        typer.echo(table(rows, [p.y_label, "μ", "bound", "goodput", "μ(1−δ)"]))
+        if p.points:
+            agree = sum(pt.agrees for pt in p.points)
+            far = [pt for pt in p.points if abs(pt.utilization - 1) >= 0.2 - 1e-9]
+            typer.echo(
+                f"simulated points: {agree}/{len(p.points)} agree with the formula "
+                f"({sum(pt.agrees for pt in far)}/{len(far)} at least 20 % from the boundary)"
+            )
