@@ -111,8 +111,39 @@ def gemm_accuracy(dev_file: str, dev_id: str) -> None:
     )
     for name, pred in rows.items():
         bk = _buckets(m[test], pred[test], y[test])
+        bt = _buckets(m[~test], pred[~test], y[~test])
         tr, te = mdape_pct(pred[~test], y[~test]), mdape_pct(pred[test], y[test])
         print(f"{name:24s} {tr:6.2f} {te:6.2f}   " + "  ".join(f"{e:11.2f}" for e in bk))
+        print(f"{'   (train, per bucket)':38s}" + "  ".join(f"{e:11.2f}" for e in bt))
+    subsample_check(m, n, k, y, dev_id, pieces=res.pieces)
+
+
+def subsample_check(m, n, k, y, dev_id: str, *, pieces: int) -> None:
+    """The deterministic half of the shapes used by the unit test (same split, fixed K)."""
+    g = n * 1e6 + k
+    u = np.unique(g)
+    keep = np.isin(g, u[:: max(1, len(u) // 200)])
+    m, n, k, y, g = m[keep], n[keep], k[keep], y[keep], g[keep]
+    test = group_folds(g, 4, seed=0) == 0
+    X = gemm_features(m, n, k)
+    t0 = time.perf_counter()
+    prof = fit_max_affine(X[~test], y[~test], pieces=pieces, features=GEMM_FEATURES, seed=0)
+    dt = time.perf_counter() - t0
+    aff = fit_max_affine(X[~test], y[~test], pieces=1, features=GEMM_FEATURES, seed=0)
+    f, b = gemm_flops_bytes(m, n, k, act_bytes=2.0)
+    rl = calibrate_roofline(load_device(dev_id), f[~test], b[~test], y[~test])
+    print(
+        f"test subsample: {len(np.unique(g))} shapes, {len(y)} rows, {int(test.sum())} held "
+        f"out, K={pieces} (fit {dt:.2f} s)"
+    )
+    for name, pred in (
+        ("max-affine", prof(X)),
+        ("calibrated roofline", rl.time_s(f, b, dtype="bf16")),
+        ("best single affine", aff(X)),
+    ):
+        bk = _buckets(m[test], pred[test], y[test])
+        tr, te = mdape_pct(pred[~test], y[~test]), mdape_pct(pred[test], y[test])
+        print(f"  {name:22s} {tr:6.2f} {te:6.2f}   " + "  ".join(f"{e:11.2f}" for e in bk))
 
 
 def _moe(dev_file: str):

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,6 +20,20 @@ app = typer.Typer(
 )
 
 GEMM_PRESET = "gemm"
+MOE_PRESET = "moe"
+#: Columns of a fused-MoE measurement CSV (aiconfigurator ``*__moe.csv``) used by the
+#: ``moe`` feature preset.
+MOE_COLUMNS = (
+    "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+    "moe_ep_size",
+)  # fmt: skip
+
+
+@contextmanager
+def _progress(length: int, label: str) -> Iterator[Callable[[int], None]]:
+    """A progress bar on stderr (fits take seconds); yields its ``update``."""
+    with typer.progressbar(length=length, label=label, file=sys.stderr) as bar:
+        yield bar.update
 
 
 def _where(items: list[str] | None) -> dict[str, str]:
@@ -36,6 +53,25 @@ def _features(data: Any, spec: str) -> tuple[tuple[str, ...], Any]:
     if spec.strip() == GEMM_PRESET:
         m, n, k = (data.numeric(c) for c in ("m", "n", "k"))
         return GEMM_FEATURES, gemm_features(m, n, k)
+    if spec.strip() == MOE_PRESET:
+        import numpy as np
+
+        from perfmodel.expert import MOE_LAYER_FEATURES, moe_layer_features
+
+        c = {x: data.numeric(x) for x in MOE_COLUMNS}
+        if "distribution" not in data.columns:
+            raise SpecError("--features moe needs a 'distribution' column (routing)")
+        src = data.columns.get("kernel_source")
+        mats = (
+            np.full(len(data), 3.0)
+            if src is None
+            else np.where(src == "moe_torch_flow_nongated", 2.0, 3.0)
+        )
+        X = moe_layer_features(
+            c["num_tokens"], c["hidden_size"], c["inter_size"], c["topk"], c["num_experts"],
+            c["moe_tp_size"], c["moe_ep_size"], data.columns["distribution"], mats=mats,
+        )  # fmt: skip
+        return MOE_LAYER_FEATURES, X
     exprs = [e.strip() for e in spec.split(",") if e.strip()]
     if not exprs:
         raise SpecError("--features needs at least one column or expression")
@@ -56,7 +92,8 @@ def fit_cmd(
         str,
         typer.Option(
             help="Comma-separated columns or expressions (pad(m)*n*k, m*(n+k), log2(k)), "
-            "or 'gemm' for the GEMM features from columns m, n, k."
+            "'gemm' for the GEMM features from columns m, n, k, or 'moe' for the fused "
+            "MoE-layer features (per-GPU expert loads rebuilt from the routing columns)."
         ),
     ],
     time_col: Annotated[str, typer.Option(help="Time column (unit from its suffix).")],
@@ -82,7 +119,7 @@ def fit_cmd(
     import numpy as np
 
     from hardware.device import load_device
-    from hardware.fit import fit_profile, read_measurements
+    from hardware.fit import fit_profile, fit_steps, read_measurements
     from hardware.profile_io import profile_to_toml
 
     if pieces is not None and pieces < 1:
@@ -97,10 +134,11 @@ def fit_cmd(
         if missing:
             raise SpecError(f"--group-cols: no column(s) {missing} in {data}")
         groups = np.array(["|".join(v) for v in zip(*(meas.columns[c] for c in cols), strict=True)])
-    res = fit_profile(
-        X, meas.time_s, features=names, groups=groups, pieces=pieces, seed=seed,
-        device=dev.id, op=op, dtype=dtype, source=data.name,
-    )  # fmt: skip
+    with _progress(fit_steps(pieces=pieces), "fitting") as step:
+        res = fit_profile(
+            X, meas.time_s, features=names, groups=groups, pieces=pieces, seed=seed,
+            device=dev.id, op=op, dtype=dtype, source=data.name, progress=step,
+        )  # fmt: skip
     write_atomic(out, profile_to_toml(res.profile), force=force)
     summary = {
         "out": str(out),
@@ -176,15 +214,25 @@ def crossover_cmd(
     padded: Annotated[bool, typer.Option(help="N counts 128-row tiles.")] = True,
     boots: Annotated[int, typer.Option(help="Bootstrap resamples for the interval.")] = 200,
     seed: Annotated[int, typer.Option(help="Bootstrap seed.")] = 0,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Write the fitted expert-block profile (TOML; needs --data)."),
+    ] = None,
+    force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
     json_out: bool = JsonOpt,
 ) -> None:
-    """n*: tokens per activated expert where weight streaming and compute cost meet."""
+    """n*: tokens per activated expert where weight streaming and compute cost meet.
+
+    With ``--data``, the block ``max(a + b·G, c + β·N)`` is fitted to the GEMM rows of
+    the expert's two GEMMs; 25 % of the token counts are held out whole to report its
+    held-out error, and n* gets a bootstrap interval.
+    """
     from hardware.device import load_device
-    from hardware.maxaffine import Provenance
     from perfmodel.expert import (
         crossover_interval,
         crossover_tokens,
         derived_expert_profile,
+        expert_block_provenance,
         expert_shape,
         gemm_block_rows,
     )
@@ -192,11 +240,15 @@ def crossover_cmd(
 
     if tp < 1 or boots < 0:
         raise fail("--tp must be >= 1 and --boots >= 0")
+    if out is not None and data is None:
+        raise fail("--out writes the fitted profile: give --data too")
+    if out is not None and out.exists() and not force:
+        raise FileExistsError(f"{out} exists; pass --force to overwrite it")
     dev = load_device(hardware)
     m = load_model(model)
     h, inter, mats = expert_shape(m, tp)
     derived = derived_expert_profile(dev, h, inter, mats=mats)
-    out: dict[str, Any] = {
+    res: dict[str, Any] = {
         "hardware": dev.id,
         "model": m.id,
         "expert_shape": {"hidden": h, "inter": inter, "mats": mats},
@@ -204,28 +256,38 @@ def crossover_cmd(
     }
     if data is not None:
         (gm, gn, gk), t = _gemm_data(data)
-        G, N, _, ts = gemm_block_rows(
+        G, N, per, ts = gemm_block_rows(
             gm, gn, gk, t, hidden=h, inter=inter, mats=mats, padded=padded
         )
-        prov = Provenance(dev.id, f"moe_expert_{h}x{inter}x{mats}", source=data.name, rows=len(ts))
-        c = crossover_interval(G, N, ts, boots=boots, seed=seed, provenance=prov)
-        out.update(
+        prov = expert_block_provenance(
+            G, N, per, ts, device=dev.id, op=f"moe_expert_{h}x{inter}x{mats}",
+            source=data.name, seed=seed, padded=padded,
+        )  # fmt: skip
+        with _progress(boots, "bootstrap") as step:
+            c = crossover_interval(G, N, ts, boots=boots, seed=seed, provenance=prov, progress=step)
+        if out is not None:
+            from hardware.profile_io import profile_to_toml
+
+            write_atomic(out, profile_to_toml(c.profile), force=force)
+            res["out"] = str(out)
+        res.update(
             fitted_n_star=c.n_star, interval_95=[c.lo, c.hi], boots=c.boots, padded=padded,
             fitted_n_star_one_expert=crossover_tokens(c.profile, G=1.0),
+            train_mdape_pct=prov.train_mape, heldout_mdape_pct=prov.heldout_mape,
             profile=profile_summary(c.profile),
         )  # fmt: skip
     if json_out:
-        echo_json(out)
+        echo_json(res)
         return
     typer.echo(
         f"{m.id} expert {h}x{inter} ({mats} matrices) on {dev.id}: derived n* = "
-        f"{out['derived_n_star']:.0f} tokens/expert (roofline)"
+        f"{res['derived_n_star']:.0f} tokens/expert (roofline)"
     )
     if data is not None:
-        lo, hi = out["interval_95"]
+        lo, hi = res["interval_95"]
         typer.echo(
-            f"fitted to {data.name}: n* = {out['fitted_n_star']:.0f} [{lo:.0f}, {hi:.0f}] "
-            f"(95% bootstrap, {out['boots']} resamples; N {'padded' if padded else 'raw'})"
+            f"fitted to {data.name}: n* = {res['fitted_n_star']:.0f} [{lo:.0f}, {hi:.0f}] "
+            f"(95% bootstrap, {res['boots']} resamples; N {'padded' if padded else 'raw'})"
         )
 
 
@@ -258,16 +320,27 @@ def plot_cmd(
         if hardware is None:
             raise fail("expert mode needs --hardware with --model")
         from hardware.device import load_device
-        from hardware.maxaffine import Provenance
-        from perfmodel.expert import crossover_interval, expert_shape, gemm_block_rows
+        from perfmodel.expert import (
+            crossover_interval,
+            expert_block_provenance,
+            expert_shape,
+            gemm_block_rows,
+        )
         from perfmodel.model import load_model
 
         dev = load_device(hardware)
         h, inter, mats = expert_shape(load_model(model))
-        (gm, gn, gk), t = _gemm_data(data)
-        G, N, per, ts = gemm_block_rows(gm, gn, gk, t, hidden=h, inter=inter, mats=mats)
-        prov = Provenance(dev.id, f"moe_expert_{h}x{inter}x{mats}", source=data.name, rows=len(ts))
-        c = crossover_interval(G, N, ts, boots=100, provenance=prov)
+        boots = 100
+        with _progress(boots + 2, "fitting") as step:
+            (gm, gn, gk), t = _gemm_data(data)
+            G, N, per, ts = gemm_block_rows(gm, gn, gk, t, hidden=h, inter=inter, mats=mats)
+            step(1)
+            prov = expert_block_provenance(
+                G, N, per, ts, device=dev.id, op=f"moe_expert_{h}x{inter}x{mats}",
+                source=data.name,
+            )  # fmt: skip
+            step(1)
+            c = crossover_interval(G, N, ts, boots=boots, provenance=prov, progress=step)
         fig = expert_block_figure(c.profile, G, N, per, ts, n_star=c.n_star, interval=(c.lo, c.hi))
         info.update(n_star=c.n_star, interval_95=[c.lo, c.hi])
     else:
@@ -277,11 +350,14 @@ def plot_cmd(
         from hardware.profile_io import load_profile
 
         prof = load_profile(profile)
-        meas = read_measurements(str(data), time_col=time_col, where=_where(where))
-        names, X = _features(meas, features)
-        if tuple(names) != tuple(prof.features):
-            raise fail(f"--features give {names}, the profile uses {prof.features}")
-        fig = profile_figure(prof, X, meas.time_s, meas.numeric(x_col), x_label=x_col)
+        with _progress(2, "plotting") as step:
+            meas = read_measurements(str(data), time_col=time_col, where=_where(where))
+            names, X = _features(meas, features)
+            step(1)
+            if tuple(names) != tuple(prof.features):
+                raise fail(f"--features give {names}, the profile uses {prof.features}")
+            fig = profile_figure(prof, X, meas.time_s, meas.numeric(x_col), x_label=x_col)
+            step(1)
         info.update(points=len(meas))
     write_atomic(out, figure_html(fig), force=force)
     if json_out:

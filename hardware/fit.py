@@ -22,6 +22,7 @@ held-out median error wins. Errors are median absolute percentage errors (MdAPE)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -246,6 +247,13 @@ def group_folds(groups: ArrayLike, folds: int, *, seed: int) -> NDArray[np.intp]
     return fold_of_group[inv]
 
 
+def fit_steps(
+    *, pieces: int | None, max_pieces: int = DEFAULT_MAX_PIECES, folds: int = DEFAULT_FOLDS
+) -> int:
+    """Number of ``progress(1)`` calls :func:`fit_profile` makes (one per fit)."""
+    return 1 if pieces is not None else max_pieces * folds + 1
+
+
 def fit_profile(
     X: ArrayLike,
     y: ArrayLike,
@@ -262,13 +270,15 @@ def fit_profile(
     source: str = "",
     notes: str = "",
     holdout: ArrayLike | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> FitResult:
     """Fit a profile, choosing ``pieces`` by grouped cross-validation when not given.
 
     ``groups`` labels rows that must be held out together (default: every row its own
     group). ``holdout`` (boolean per row) reserves rows that are never fitted; their error
     is ``heldout_mdape_pct``. Without it, the held-out error is the cross-validated error
-    of the chosen number of pieces.
+    of the chosen number of pieces. ``progress(1)`` is called after each of the
+    :func:`fit_steps` fits.
     """
     Xa, ya = _check_xy(X, y)
     n = len(ya)
@@ -285,6 +295,8 @@ def fit_profile(
             for f in range(folds):
                 tr = train[fold != f]
                 te = train[fold == f]
+                if progress is not None:
+                    progress(1)
                 if len(tr) < K * (Xa.shape[1] + 1):
                     continue
                 prof = fit_max_affine(
@@ -299,6 +311,8 @@ def fit_profile(
         best = min(cv.values())
         pieces = min(K for K, e in cv.items() if e <= best + CV_TOLERANCE_PT)
     prof = fit_max_affine(Xa[train], ya[train], pieces=pieces, features=features, seed=seed)
+    if progress is not None:
+        progress(1)
     train_err = mdape_pct(prof(Xa[train]), ya[train])
     if test.any():
         held: float | None = mdape_pct(prof(Xa[test]), ya[test])

@@ -22,7 +22,13 @@ if TYPE_CHECKING:
 
 GEMM_TILE_ROWS = 128
 #: Feature names of the GEMM cost profile (see :func:`gemm_features`).
-GEMM_FEATURES: tuple[str, ...] = ("flop_padded", "weight_elems", "act_elems", "log2_k")
+GEMM_FEATURES: tuple[str, ...] = (
+    "flop_padded",
+    "weight_elems",
+    "act_elems",
+    "log2_k",
+    "out_padded",
+)
 
 
 @dataclass(frozen=True)
@@ -131,7 +137,7 @@ class MaxAffine:
 def gemm_features(
     m: ArrayLike, n: ArrayLike, k: ArrayLike, *, padded: bool = True
 ) -> NDArray[np.float64]:
-    """Feature matrix ``(..., 4)`` of an (m x k)·(k x n) GEMM for :data:`GEMM_FEATURES`.
+    """Feature matrix ``(..., 5)`` of an (m x k)·(k x n) GEMM for :data:`GEMM_FEATURES`.
 
     * ``flop_padded`` = 2·m_pad·n·k executed FLOPs, ``m_pad`` = the rows of whole tiles
       (:func:`hardware.roofline.padded_rows`: 16-128-row tiles by m, then 128-row tiles;
@@ -139,7 +145,11 @@ def gemm_features(
     * ``weight_elems`` = n·k elements of the weight operand streamed from HBM,
     * ``act_elems`` = m·(n + k) activation elements read and written,
     * ``log2_k`` = log2(k): the serial depth of the k-loop after split-K (a per-launch
-      latency that grows with the reduction depth; empirical, see ``hardware.fit``).
+      latency that grows with the reduction depth; empirical, see ``hardware.fit``),
+    * ``out_padded`` = m_pad·n elements of the output tiles: the epilogue converts and
+      stores every accumulator of a tile, padded rows included, once per output tile and
+      independently of k (chosen over wave-quantization and tile-count features by
+      grouped cross-validation on the training shapes; see ``benchmarks/bench_profile_fit``).
 
     The first three make the roofline; the roofline is the max-affine profile with one
     piece per resource (see :func:`derived_gemm_profile`).
@@ -152,7 +162,9 @@ def gemm_features(
     from hardware.roofline import padded_rows
 
     m_pad = padded_rows(m_) if padded else m_
-    cols = np.broadcast_arrays(2.0 * m_pad * n_ * k_, n_ * k_, m_ * (n_ + k_), np.log2(k_))
+    cols = np.broadcast_arrays(
+        2.0 * m_pad * n_ * k_, n_ * k_, m_ * (n_ + k_), np.log2(k_), m_pad * n_
+    )
     return np.stack(cols, axis=-1)
 
 
@@ -161,8 +173,8 @@ def derived_gemm_profile(roofline: Roofline, *, dtype: str = "bf16") -> MaxAffin
 
     ``t = max(ov + flop_padded / (eff_c·peak), ov + (w·weight_elems + a·act_elems) /
     (eff_m·BW))``: exactly :meth:`hardware.roofline.Roofline.gemm_time_s` (same row
-    padding, same overhead), with zero slope on ``log2_k``. Intercepts are the launch
-    overhead; slopes are the inverse achievable rates.
+    padding, same overhead), with zero slopes on ``log2_k`` and ``out_padded``.
+    Intercepts are the launch overhead; slopes are the inverse achievable rates.
     """
     elem = get_dtype(dtype).bytes
     fr = roofline.flop_rate(dtype)
@@ -171,7 +183,7 @@ def derived_gemm_profile(roofline: Roofline, *, dtype: str = "bf16") -> MaxAffin
     return MaxAffine(
         features=GEMM_FEATURES,
         intercepts_s=np.array([ov, ov]),
-        slopes=np.array([[1.0 / fr, 0.0, 0.0, 0.0], [0.0, elem / br, elem / br, 0.0]]),
+        slopes=np.array([[1.0 / fr, 0.0, 0.0, 0.0, 0.0], [0.0, elem / br, elem / br, 0.0, 0.0]]),
         provenance=Provenance(
             roofline.device.id,
             f"gemm_{get_dtype(dtype).name}",

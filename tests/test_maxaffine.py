@@ -134,3 +134,13 @@ def test_shipped_profiles_load_for_their_device() -> None:
         prof = load_profile(name, device=dev)
         assert prof.provenance.heldout_mape is not None and prof.provenance.rows > 0
         assert np.all(prof.slopes >= 0) and np.all(prof.intercepts_s >= 0)
+
+
+def test_shipped_expert_block_profiles_give_the_measured_crossover() -> None:
+    """Expert blocks fitted to measured GEMMs (hardware/profiles) load by device:op; their
+    n* sits near each device's bf16 ridge x 2 B / 2 (A100 153, H100 295 tokens/expert)."""
+    a100 = load_profile("a100-sxm-80gb:moe_expert_4096x1536x3", device="a100-sxm-80gb")
+    h100 = load_profile("h100-sxm:moe_expert_4096x1536x3", device="h100-sxm")
+    assert a100.features == ("G", "N") and a100.provenance.source == "a100_sxm__gemm.csv"
+    assert 140 < crossover_tokens(a100) < 180
+    assert 260 < crossover_tokens(h100) < 330

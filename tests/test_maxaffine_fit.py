@@ -115,6 +115,7 @@ def _gemm_rows(name: str):
 
 
 def _gemm_subset(name: str, shapes: int):
+    """Every j-th (n, k) shape (deterministic), all of its m rows."""
     d = _gemm_rows(name)
     m, n, k = (d.numeric(c) for c in "mnk")
     g = n * 1e6 + k
@@ -122,21 +123,38 @@ def _gemm_subset(name: str, shapes: int):
     return m[keep], n[keep], k[keep], d.time_s[keep], g[keep]
 
 
+BUCKETS = ((1, 64), (64, 512), (512, 4096), (4096, np.inf))
+#: Held-out MdAPE bound per device (percent). Issue 3 asks for <= 5 %; H100 meets it, the
+#: A100 does not (full data: 6.4 %, bench_profile_fit.py), so its bound is the measured
+#: figure plus noise margin; the gap is open.
+GEMM_BOUND_PCT = {"h100_sxm__gemm.csv": 5.0, "a100_sxm__gemm.csv": 7.0}
+#: Pieces chosen by grouped cross-validation on the full training shapes (bench).
+GEMM_PIECES = {"h100_sxm__gemm.csv": 4, "a100_sxm__gemm.csv": 3}
+
+
 @pytest.mark.parametrize("name", ["h100_sxm__gemm.csv", "a100_sxm__gemm.csv"])
-def test_gemm_heldout_shapes_beat_roofline_and_affine(name: str) -> None:
-    """Whole (n, k) shapes held out; the max-affine fit beats both baselines overall."""
-    m, n, k, y, g = _gemm_subset(name, 80)
+def test_gemm_heldout_shapes_beat_roofline_and_affine_in_every_m_bucket(name: str) -> None:
+    """Whole (n, k) shapes held out (25 %) from a deterministic half of the shapes: the
+    max-affine profile meets the error bound and beats both the calibrated roofline and
+    the best single affine fit in every m bucket (full-data figures: bench)."""
+    m, n, k, y, g = _gemm_subset(name, 200)
     test = group_folds(g, 4, seed=0) == 0
     X = gemm_features(m, n, k)
-    prof = fit_max_affine(X[~test], y[~test], pieces=4, features=GEMM_FEATURES, seed=0)
+    prof = fit_max_affine(
+        X[~test], y[~test], pieces=GEMM_PIECES[name], features=GEMM_FEATURES, seed=0
+    )
     aff = fit_max_affine(X[~test], y[~test], pieces=1, features=GEMM_FEATURES, seed=0)
     dev = load_device("h100-sxm" if name.startswith("h100") else "a100-sxm-80gb")
     f, b = gemm_flops_bytes(m, n, k, act_bytes=2.0)
     rl = calibrate_roofline(dev, f[~test], b[~test], y[~test])
-    err = mdape_pct(prof(X[test]), y[test])
-    assert err < mdape_pct(aff(X[test]), y[test])
-    assert err < mdape_pct(rl.time_s(f[test], b[test], dtype="bf16"), y[test])
-    assert err < (6.5 if name.startswith("h100") else 9.0)  # full-data figures: see bench
+    preds = {"max-affine": prof(X), "affine": aff(X), "roofline": rl.time_s(f, b, dtype="bf16")}
+    assert mdape_pct(preds["max-affine"][test], y[test]) <= GEMM_BOUND_PCT[name]
+    for lo, hi in BUCKETS:
+        s = test & (m >= lo) & (m < hi)
+        assert s.sum() > 50
+        err = {key: mdape_pct(p[s], y[s]) for key, p in preds.items()}
+        assert err["max-affine"] < err["roofline"], (lo, err)
+        assert err["max-affine"] < err["affine"], (lo, err)
 
 
 def test_refit_with_another_seed_changes_heldout_error_by_less_than_a_point() -> None:
@@ -158,3 +176,33 @@ def test_a100_expert_crossover_from_gemm_rows() -> None:
     )
     n_star = crossover_tokens(fit_expert_block(G, N, t))
     assert 140 < n_star < 180  # roofline with equal efficiencies: 153
+
+
+MOE_GROUP_COLS = ("hidden_size", "inter_size", "topk", "num_experts", "moe_ep_size", "distribution")
+#: Pieces chosen by grouped cross-validation on the training groups (bench_profile_fit.py).
+MOE_PIECES = {"h100_sxm__moe.csv": 1, "a100_sxm__moe.csv": 3}
+
+
+@pytest.mark.parametrize("name", ["h100_sxm__moe.csv", "a100_sxm__moe.csv"])
+def test_moe_layer_heldout_groups_within_ten_percent(name: str) -> None:
+    """Fused MoE layer (bf16): whole (hidden, inter, top-k, experts, EP, routing) groups
+    held out (25 %); the max-affine profile over per-GPU expert loads stays within the
+    issue's 10 % held-out MdAPE (full data: A100 7.0 %, H100 9.1 %)."""
+    from perfmodel.expert import MOE_LAYER_FEATURES, moe_layer_features
+
+    d = read_measurements(
+        str(shared_file("silicon", name)), time_col="latency_ms", where={"moe_dtype": "bfloat16"}
+    )
+    cols = ("num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size")
+    c = {x: d.numeric(x) for x in (*cols, "moe_ep_size")}
+    mats = np.where(d.columns["kernel_source"] == "moe_torch_flow_nongated", 2.0, 3.0)
+    X = moe_layer_features(
+        c["num_tokens"], c["hidden_size"], c["inter_size"], c["topk"], c["num_experts"],
+        c["moe_tp_size"], c["moe_ep_size"], d.columns["distribution"], mats=mats,
+    )  # fmt: skip
+    grp = np.array(["|".join(v) for v in zip(*(d.columns[k] for k in MOE_GROUP_COLS), strict=True)])
+    test = group_folds(grp, 4, seed=0) == 0
+    prof = fit_max_affine(
+        X[~test], d.time_s[~test], pieces=MOE_PIECES[name], features=MOE_LAYER_FEATURES, seed=0
+    )
+    assert mdape_pct(prof(X[test]), d.time_s[test]) <= 10.0

@@ -43,12 +43,13 @@ def test_fit_show_roundtrip(gemm_csv, tmp_path) -> None:
     out = tmp_path / "h100.toml"
     r = _fit(gemm_csv, out, "--pieces", "2", "--json")
     assert r.exit_code == 0, r.output
-    d = json.loads(r.output)
+    d = json.loads(r.stdout)  # the progress bar goes to stderr, not into the JSON
+    assert "fitting" in r.stderr
     assert d["pieces"] == 2 and d["rows"] == 54
     assert d["train_mdape_pct"] < 2.0  # the data are a 2-piece max-affine with 1 % noise
     s = runner.invoke(app, ["profile", "show", str(out), "--json"])
     assert s.exit_code == 0
-    shown = json.loads(s.output)
+    shown = json.loads(s.stdout)
     assert shown["provenance"]["device"] == "h100-sxm"
     assert shown["provenance"]["source"] == "gemm.csv" and shown["provenance"]["rows"] == 54
     # refuses to overwrite
@@ -95,7 +96,7 @@ def test_crossover_derived_json() -> None:
         ["profile", "crossover", "--hardware", "h100-sxm", "--model", "qwen3-235b-a22b", "--json"],
     )
     assert r.exit_code == 0, r.output
-    d = json.loads(r.output)
+    d = json.loads(r.stdout)
     assert d["expert_shape"] == {"hidden": 4096, "inter": 1536, "mats": 3}
     assert d["derived_n_star"] == pytest.approx(989.4e12 / 3.35e12, rel=1e-4)  # ridge * 2 B / 2
     bad = runner.invoke(
@@ -114,8 +115,56 @@ def test_plot_writes_offline_html(gemm_csv, tmp_path) -> None:
     ]  # fmt: skip
     r = runner.invoke(app, args)
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["points"] == 6
+    assert json.loads(r.stdout)["points"] == 6
+    assert "plotting" in r.stderr
     html = out.read_text()
     assert "<html>" in html and len(html) > 1_000_000  # plotly.js embedded: works offline
     assert '<script src="http' not in html and "measured" in html
     assert runner.invoke(app, args).exit_code == 2  # no overwrite without --force
+
+
+def test_crossover_out_needs_data(tmp_path) -> None:
+    r = runner.invoke(app, [
+        "profile", "crossover", "--hardware", "h100-sxm", "--model", "qwen3-235b-a22b",
+        "--out", str(tmp_path / "x.toml"),
+    ])  # fmt: skip
+    assert r.exit_code == 2 and "give --data" in r.output and "Traceback" not in r.output
+
+
+@pytest.fixture()
+def moe_csv(tmp_path):
+    """A small fused-MoE table on a known profile: t = 20 us + weight_elems / 1e12 per s."""
+    from perfmodel.expert import moe_layer_features
+
+    rows = []
+    for tok in (1, 4, 16, 64, 256, 1024):
+        for hidden, inter in ((1024, 512), (2048, 768)):
+            for dist in ("balanced", "power_law_1.2"):
+                rows.append((tok, hidden, inter, dist))
+    tok, hid, inter = (np.array([r[i] for r in rows], float) for i in range(3))
+    dist = np.array([r[3] for r in rows])
+    one = np.ones(len(rows))
+    X = moe_layer_features(tok, hid, inter, 2 * one, 8 * one, one, one, dist, mats=3 * one)
+    t_ms = (20e-6 + X[:, 0] / 1e12) * 1e3
+    lines = ["moe_dtype,num_tokens,hidden_size,inter_size,topk,num_experts,moe_tp_size,"
+             "moe_ep_size,distribution,kernel_source,latency_ms"]  # fmt: skip
+    for (a, h, i, d), t in zip(rows, t_ms, strict=True):
+        lines.append(f"bfloat16,{a},{h},{i},2,8,1,1,{d},moe_torch_flow,{t:.9g}")
+    p = tmp_path / "moe.csv"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_fit_moe_preset_recovers_the_weight_streaming_slope(moe_csv, tmp_path) -> None:
+    out = tmp_path / "moe.toml"
+    r = runner.invoke(app, [
+        "profile", "fit", "--data", str(moe_csv), "--features", "moe", "--time-col",
+        "latency_ms", "--hardware", "h100-sxm", "--pieces", "1", "--op", "moe_layer_bf16",
+        "--out", str(out), "--json",
+    ])  # fmt: skip
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["profile"]["features"] == ["weight_elems", "flop", "flop_padded", "act_elems"]
+    assert d["train_mdape_pct"] < 0.5  # exact data: the fit reproduces it
+    assert d["profile"]["intercepts_s"][0] == pytest.approx(20e-6, rel=0.02)
+    assert d["profile"]["slopes"][0][0] == pytest.approx(1e-12, rel=0.02)
