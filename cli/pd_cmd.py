@@ -251,4 +251,5 @@ def phase_cmd(
             rows.append(row)
         heads = [f"{x * 1e3:g}" if d.kind == "slo" else f"{x:g}" for x in d.xs]
         typer.echo(table(rows, [d.y_label + " \\ " + d.x_label, *heads]))
+        typer.echo(d.summary())
     typer.echo(f"\nwrote {out}")

@@ -19,9 +19,18 @@ is M/G/1 with service ``S``; its waiting time has the Cramér–Lundberg tail
 ``C = (1 − ρ)/(λ·E[S·e^{γS}] − 1)`` (exact for M/M/1: ``γ = μ − λ``, ``C = ρ``; Asmussen,
 *Applied Probability and Queues*, XIII.5). ``TTFT = W + D(s) + X(s)``: the first token
 counts as delivered when the decode instance holds the KV (vLLM-style disaggregated
-serving; it is the conservative reading of DistServe's TTFT). Batching prompts is not
-modeled: past the roofline ridge (a few hundred tokens) a batch of prompts costs the
-sum of its prompts.
+serving; it is the conservative reading of DistServe's TTFT). Prompts shorter than the
+critical length ``L_m`` are batched until the batch reaches ``L_m`` tokens (DistServe
+§3.1): past it a batch of prompts costs the sum of its prompts, below it they share one
+weight read. How full the batches are depends on the queue (Pollaczek–Khinchine wait,
+:meth:`PrefillProfile.at_rate`), so short prompts occupy the server for ``D(s)`` at light
+load and for their token share of a full batch near saturation
+(:func:`prefill_profile`, :func:`prefill_batch_tokens`).
+
+**Cost of an iteration**: :func:`phase_time_s` — the roofline ``step_time`` of the
+batch on the TP group, or, when the configuration carries a calibrated ``profile``
+(a ``MaxAffine`` over :data:`PHASE_FEATURES`, e.g. DistServe's measured
+``a + b·Σl + c·Σl²`` prefill and ``a + b·Σ(ctx+1) + c·N`` decode), that profile.
 
 **Decode instance**: continuous batching of decode steps; a request reserves its final
 KV (``s + o`` tokens) on admission (no preemption) and admission is FIFO while the KV
@@ -33,8 +42,8 @@ queue with ``c = min(cap, M / E[s + o])`` slots (Erlang C, Allen–Cunneen facto
 ``t(N̄ + 1)`` with the variance of the M/G/∞ batch (``Var N = N̄``) averaged over its
 ``o − 1`` steps, plus its admission wait spread over those steps.
 
-Assumptions, stated once: no pipeline parallelism; prompts are not batched; the decode
-admission reserves the final KV; the receiver side of the link is not contended (its
+Assumptions, stated once: no pipeline parallelism; prompts batch only below ``L_m``;
+the decode admission reserves the final KV; the receiver side of the link is not contended (its
 load is a capacity constraint of the planner, not a delay); step-time fluctuations
 from context lengths enter through the batch only.
 """
@@ -43,7 +52,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -51,6 +60,7 @@ from scipy import optimize, stats
 
 from hardware.comm import collective_time_s, link_for_group
 from hardware.device import Device, Link
+from hardware.maxaffine import MaxAffine
 from perfmodel.batch import Batch
 from perfmodel.classic_queues import erlang_c
 from perfmodel.errors import InfeasibleError, SpecError
@@ -71,20 +81,63 @@ _RATE_ITERS = 40
 # ---- configurations and the KV link ----------------------------------------------------------
 
 
+#: Features a calibrated phase profile may use, each a sum over the iteration's sequences:
+#: ``prefill_tokens`` Σl, ``prefill_tokens_sq`` Σ(l² + 2·l·c) (= Σl² for fresh prompts),
+#: ``prefill_seqs`` the prompts, ``decode_seqs`` the decoding requests, ``decode_tokens``
+#: Σ(context + 1) over them (DistServe's ``Σ(context_len + 1)``).
+PHASE_FEATURES = (
+    "prefill_tokens",
+    "prefill_tokens_sq",
+    "prefill_seqs",
+    "decode_seqs",
+    "decode_tokens",
+)
+
+
+def phase_features(batch: Batch) -> dict[str, Arr]:
+    """The :data:`PHASE_FEATURES` of a batch (``prefill_tokens_sq = 2·pairs − tokens``)."""
+    return {
+        "prefill_tokens": batch.prefill_tokens,
+        "prefill_tokens_sq": 2.0 * batch.prefill_pairs - batch.prefill_tokens,
+        "prefill_seqs": batch.prefill_seqs,
+        "decode_seqs": batch.decode_seqs,
+        "decode_tokens": batch.decode_context + batch.decode_seqs,
+    }
+
+
 @dataclass(frozen=True)
 class PhaseConfig:
-    """One instance type of a phase: a device, a TP degree and (decode) a batch cap."""
+    """One instance type of a phase: a device, a TP degree and (decode) a batch cap.
+
+    ``profile``: a calibrated cost profile of this phase's iterations on this TP group
+    (a :class:`hardware.maxaffine.MaxAffine` over :data:`PHASE_FEATURES`, e.g. DistServe's
+    measured prefill ``a + b·Σl + c·Σl²`` as one piece); when set it is evaluated instead
+    of the roofline ``step_time`` for every iteration of this configuration.
+    """
 
     phase: str
     device: Device
     plan: ParallelPlan
     batch_cap: int | None = None  # decode: most concurrent requests; None = KV memory only
+    profile: MaxAffine | None = field(default=None, compare=False)
+    kv_capacity_tokens: int | None = None  # decode: measured KV capacity; None = memory_fit
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:
             raise SpecError(f"phase must be one of {PHASES}, got {self.phase!r}")
         if self.batch_cap is not None and self.batch_cap < 1:
             raise SpecError(f"batch cap must be a positive integer, got {self.batch_cap}")
+        if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < 1:
+            raise SpecError(
+                f"KV capacity must be a positive number of tokens, got {self.kv_capacity_tokens}"
+            )
+        if self.profile is not None:
+            bad = [f for f in self.profile.features if f not in PHASE_FEATURES]
+            if bad:
+                raise SpecError(
+                    f"{self.phase} profile feature(s) {', '.join(bad)} unknown; a phase "
+                    f"profile uses {', '.join(PHASE_FEATURES)}"
+                )
 
     @property
     def gpus(self) -> int:
@@ -93,7 +146,20 @@ class PhaseConfig:
     @property
     def label(self) -> str:
         cap = f" cap{self.batch_cap}" if self.batch_cap else ""
-        return f"{self.device.id} TP{self.plan.tp}{cap}"
+        cal = " (calibrated)" if self.profile is not None else ""
+        return f"{self.device.id} TP{self.plan.tp}{cap}{cal}"
+
+
+def phase_time_s(model: ModelSpec, config: PhaseConfig, batch: Batch) -> Arr:
+    """Seconds of one iteration of ``batch`` on an instance of ``config``.
+
+    The calibrated ``config.profile`` when there is one, else the roofline
+    ``perfmodel.step.step_time`` of the batch on the instance's TP group.
+    """
+    if config.profile is not None:
+        feats = phase_features(batch)
+        return np.asarray(config.profile(**{f: feats[f] for f in config.profile.features}))
+    return step_time(model, config.device, batch, plan=config.plan).total_s
 
 
 @dataclass(frozen=True)
@@ -305,13 +371,21 @@ class PrefillProfile:
     config: PhaseConfig
     input_tokens: Arr
     weights: Arr
-    prefill_s: Arr  # D(s)
+    prefill_s: Arr  # D_b(s): a full batch of batch_size(s) such prompts (alone: D(s))
     transfer_s: Arr  # X(s)
     link: KVLink
+    alone_s: Arr  # D(s): the prompt's iteration alone (the unloaded TTFT)
+    batch_size: Arr  # k(s) = ⌈L_m/s⌉ prompts per full batch below L_m, else 1
+    batch_tokens: int  # L_m
+
+    @property
+    def occupancy_s(self) -> Arr:
+        """Server time per prompt in full batches: ``D_b(s)/k(s)`` (saturation)."""
+        return self.prefill_s / self.batch_size
 
     @property
     def service_s(self) -> Arr:
-        return np.maximum(self.prefill_s, self.transfer_s)
+        return np.maximum(self.occupancy_s, self.transfer_s)
 
     @property
     def capacity_rate_per_s(self) -> float:
@@ -321,21 +395,54 @@ class PrefillProfile:
     def link_capacity_per_s(self) -> float:
         return 1.0 / float(np.dot(self.weights, self.transfer_s))
 
+    def at_rate(self, rate_per_s: float) -> tuple[Arr, Arr]:
+        """``(own iteration, server time per prompt)`` at a Poisson rate.
+
+        A short prompt finds ``m = λ·P(short)·W`` short companions queued behind it when
+        its iteration starts (the short arrivals during its wait; ``W = λE[S²]/(2(1−ρ))``,
+        Pollaczek–Khinchine), so it runs in a batch of ``n = min(k, 1 + m)`` prompts
+        lasting ``D(s) + (n − 1)/(k − 1)·(D_b(s) − D(s))`` (linear in the batch: exact for
+        additive costs, above a roofline's flat part) and occupies the server for that
+        over ``n``. Fixed point in ``m``; full batches as ``ρ → 1``.
+        """
+        short = self.batch_size > 1
+        p_short = float(self.weights[short].sum())
+        span = np.where(short, self.batch_size - 1, 1.0)
+        own, svc = self.alone_s, np.maximum(self.alone_s, self.transfer_s)
+        if p_short == 0 or rate_per_s <= 0:
+            return own, svc
+        m = 0.0
+        for _ in range(100):
+            n = np.minimum(self.batch_size, 1.0 + m)
+            own = self.alone_s + (n - 1.0) / span * (self.prefill_s - self.alone_s)
+            svc = np.maximum(own / n, self.transfer_s)
+            rho = rate_per_s * float(np.dot(self.weights, svc))
+            if rho >= 1:
+                new = float(self.batch_size.max())
+            else:
+                wait = rate_per_s * float(np.dot(self.weights, svc**2)) / (2 * (1 - rho))
+                new = rate_per_s * p_short * wait
+            if abs(new - m) <= 1e-6 * max(new, 1.0):
+                break
+            m = new
+        return own, svc
+
     def ttft_cdf(self, rate_per_s: float, x_s: float) -> float:
         """``P(TTFT ≤ x)`` at a Poisson rate (0 when unstable)."""
-        if rate_per_s * float(np.dot(self.weights, self.service_s)) >= 1:
+        own, svc = self.at_rate(rate_per_s)
+        if rate_per_s * float(np.dot(self.weights, svc)) >= 1:
             return 0.0
-        rho, c, g = mg1_wait_tail(rate_per_s, self.service_s, self.weights)
-        y = x_s - self.prefill_s - self.transfer_s
+        rho, c, g = mg1_wait_tail(rate_per_s, svc, self.weights)
+        y = x_s - own - self.transfer_s
         with np.errstate(over="ignore"):
             tail = np.minimum(rho, c * np.exp(-g * np.maximum(y, 0.0)))
         return float(np.dot(self.weights, np.where(y < 0, 0.0, 1.0 - tail)))
 
     def ttft_quantile_s(self, rate_per_s: float, q: float) -> float:
-        lo = float(self.prefill_s.min() + self.transfer_s.min())
+        lo = float((self.alone_s + self.transfer_s).min())
         if self.ttft_cdf(rate_per_s, lo) >= q:
             return lo
-        if rate_per_s * float(np.dot(self.weights, self.service_s)) >= 1:
+        if rate_per_s * float(np.dot(self.weights, self.at_rate(rate_per_s)[1])) >= 1:
             return math.inf
         hi = 2.0 * lo + 1.0
         while self.ttft_cdf(rate_per_s, hi) < q:
@@ -357,22 +464,48 @@ def prefill_profile(
     decode: PhaseConfig,
     placement: str = "auto",
 ) -> PrefillProfile:
-    """Tabulate ``D(s)`` and ``X(s)`` over (at most 96) prompt-length atoms."""
+    """Tabulate ``D(s)`` and ``X(s)`` over (at most 96) prompt-length atoms.
+
+    Prompt batching (DistServe §3.1, ``formal_models.md`` §2.2): prompts shorter than
+    ``L_m`` (:func:`prefill_batch_tokens`) share an iteration with the short prompts
+    waiting behind them until the batch reaches ``L_m`` tokens, ``k(s) = ⌈L_m/s⌉`` like
+    prompts when full. ``D_b(s)`` is that full batch; how full it is at a rate is
+    :meth:`PrefillProfile.at_rate`.
+    """
     s, w = _atoms(lengths.input_tokens, lengths.weights)
     link = kv_link(config, decode, placement)
-    d = step_time(model, config.device, Batch.prefill(1, s), plan=config.plan).total_s
+    lm = prefill_batch_tokens(model, config)
+    alone = phase_time_s(model, config, Batch.prefill(1, s))
+    k = np.where(s < lm, np.ceil(lm / s), 1.0)
+    full = np.where(k > 1, phase_time_s(model, config, Batch.prefill(k, s)), alone)
     x = kv_transfer_time_s(model, s, prefill=config, decode=decode, link=link)
-    return PrefillProfile(config, s, w, np.asarray(d), np.asarray(x), link)
+    return PrefillProfile(config, s, w, np.asarray(full), np.asarray(x), link, alone, k, lm)
+
+
+def prefill_batch_tokens(model: ModelSpec, config: PhaseConfig) -> int:
+    """``L_m``: the prompt length past which prefill is compute-bound (DistServe §3.1).
+
+    ``L_m = √2·L*`` with ``L*`` the shortest prompt whose time grows by at least √2
+    when it doubles, ``t(2L) ≥ √2·t(L)`` (elasticity ½ over an octave). For a roofline
+    that is flat (one weight read) up to its ridge ``R`` and linear after, ``L_m = R``;
+    for an affine ``a + b·L``, ``L_m = a/b`` (fixed cost = per-token cost). Batching
+    prompts beyond ``L_m`` tokens saves little and delays every prompt in the batch.
+    """
+    grid = np.unique(np.rint(np.geomspace(1.0, 1 << 17, 241)))
+    t = phase_time_s(model, config, Batch.prefill(1, np.concatenate([grid, 2 * grid])))
+    t1, t2 = t[: grid.size], t[grid.size :]
+    hit = np.flatnonzero(t2 >= math.sqrt(2.0) * t1)
+    return round(math.sqrt(2.0) * float(grid[hit[0]])) if hit.size else int(grid[-1])
 
 
 def prefill_goodput(profile: PrefillProfile, slo: SLO, *, model: ModelSpec) -> PhaseGoodput:
     """Largest rate with ``P(TTFT ≤ slo.ttft_s) ≥ slo.percentile`` on one prefill instance."""
     q = slo.percentile
     cfg = profile.config
-    floor = _weighted_quantile(profile.prefill_s + profile.transfer_s, profile.weights, q)
+    floor = _weighted_quantile(profile.alone_s + profile.transfer_s, profile.weights, q)
     cap = profile.capacity_rate_per_s
     link_cap = profile.link_capacity_per_s
-    link_bound = link_cap <= 1.0 / float(np.dot(profile.weights, profile.prefill_s))
+    link_bound = link_cap <= 1.0 / float(np.dot(profile.weights, profile.occupancy_s))
     kv_cap = memory_fit(model, cfg.device, cfg.plan).kv_capacity_tokens
     if floor > slo.ttft_s:
         x_q = _weighted_quantile(profile.transfer_s, profile.weights, q)
@@ -492,16 +625,22 @@ class DecodeProfile:
 
 
 def decode_kv_capacity(model: ModelSpec, config: PhaseConfig, lengths: LengthDistribution) -> int:
-    """KV tokens a decode instance holds (``memory_fit``); its activation reserve is sized
-    for a decode iteration of about twice the expected batch (at most 8192 tokens).
+    """KV tokens a decode instance holds: ``config.kv_capacity_tokens`` when given (a
+    measured capacity), else ``memory_fit`` with an activation reserve sized for a decode
+    iteration of about twice the expected batch (at most 8192 tokens).
 
     Raises InfeasibleError when the largest request cannot fit.
     """
     dev, plan = config.device, config.plan
-    mean_total = lengths.expect(lambda s, o: s + o)
-    slots0 = memory_fit(model, dev, plan, max_batched_tokens=256).kv_capacity_tokens / mean_total
-    reserve = int(min(max(256, 2 * (config.batch_cap or slots0)), 8192))
-    M = memory_fit(model, dev, plan, max_batched_tokens=reserve).kv_capacity_tokens
+    if config.kv_capacity_tokens is not None:
+        M = config.kv_capacity_tokens
+    else:
+        mean_total = lengths.expect(lambda s, o: s + o)
+        slots0 = (
+            memory_fit(model, dev, plan, max_batched_tokens=256).kv_capacity_tokens / mean_total
+        )
+        reserve = int(min(max(256, 2 * (config.batch_cap or slots0)), 8192))
+        M = memory_fit(model, dev, plan, max_batched_tokens=reserve).kv_capacity_tokens
     if lengths.max_total_tokens > M:
         raise InfeasibleError(
             f"{model.id} on {config.label}: KV capacity {M:,} tokens cannot hold the largest "
@@ -518,7 +657,6 @@ def decode_profile(
     link: KVLink,
 ) -> DecodeProfile:
     """Step times, slots and output atoms of one decode instance type."""
-    dev, plan = config.device, config.plan
     M = decode_kv_capacity(model, config, lengths)
     mean_total = lengths.expect(lambda s, o: s + o)
     mem_slots = M / mean_total
@@ -550,20 +688,20 @@ def decode_profile(
     )
     top = 4 * slots + 8  # room above the slots for the unlimited (limiter) evaluation
     grid = np.unique(np.concatenate([np.linspace(0, top, 513), np.arange(0, 9)]))
-    bt = step_time(model, dev, Batch.decode(np.maximum(grid, 1.0), ctx), plan=plan).total_s
+    bt = phase_time_s(model, config, Batch.decode(np.maximum(grid, 1.0), ctx))
     # sensitivities at a representative batch for the batch-noise variance
     nb = max(1.0, 0.5 * slots)
     k0 = nb * ctx
     z3 = np.zeros(3)
     pts = Batch(z3, z3, z3, z3, np.array([nb, nb + 1, nb]), np.array([k0, k0, k0 + ctx]))
-    t3 = step_time(model, dev, pts, plan=plan).total_s
+    t3 = phase_time_s(model, config, pts)
     dn = float(t3[1] - t3[0])
     dk = float(t3[2] - t3[0]) / ctx
     var_coef = dn**2 + 2 * dn * dk * ctx + dk**2 * ctx2
     # unloaded TPOT per request: alone, at its own mean context s + (o − 2)/2
     fs, fo = lengths.input_tokens[multi], lengths.output_tokens[multi]
     mctx, mw = _atoms(np.rint(fs + (fo - 2) / 2).astype(np.int64), lengths.weights[multi] / p_multi)
-    floor = step_time(model, dev, Batch.decode(1, mctx), plan=plan).total_s
+    floor = phase_time_s(model, config, Batch.decode(1, mctx))
     rs, rw = _atoms(lengths.input_tokens, lengths.weights)
     recv = float(np.dot(rw, receive_time_s(model, rs, decode=config, link=link)))
     return DecodeProfile(

@@ -4,18 +4,21 @@ The system ``perfmodel.pd_models`` describes analytically, request by request:
 
 1. Each arrival is routed at random to a prefill instance with probability proportional
    to the instance's weight (its planned goodput), and to a decode instance likewise.
-2. Prefill instance: FCFS, one prompt at a time, for ``D(s)`` (``step_time`` of the
-   prompt on its TP group). Its KV then goes over the instance's link, FCFS, for
-   ``X(s)`` (``kv_transfer_time_s``), overlapped with the next prompt's prefill.
+2. Prefill instance: FCFS, one prompt at a time, for ``D(s)`` (``phase_time_s`` of the
+   prompt on its TP group: the roofline, or the configuration's calibrated profile);
+   prompts shorter than ``L_m`` (``prefill_batch_tokens``) waiting right behind a short
+   head prompt join its iteration until it reaches ``L_m`` tokens. Its KV then goes over the
+   instance's link, FCFS, for ``X(s)`` (``kv_transfer_time_s``), overlapped with the
+   next prompt's prefill.
 3. The first token counts when the KV lands (TTFT = landing − arrival). The request
    joins its decode instance's FIFO.
 4. Decode instance: iterations of continuous batching (vLLM-style); at each iteration
    start it admits waiting requests FIFO while the batch cap and the KV capacity
    (reserving ``s + o`` tokens) allow; every resident then decodes one token, the
    iteration lasting the tabulated ``step_time`` of that exact batch
-   (``perfmodel.steptable``). A request leaves after ``o − 1`` steps; TPOT =
-   (finish − first token)/(o − 1). Requests with ``s + o`` over the KV capacity are
-   rejected (TPOT = ∞).
+   (``perfmodel.steptable``), or the calibrated profile's time of it. A request leaves
+   after ``o − 1`` steps; TPOT = (finish − first token)/(o − 1). Requests with
+   ``s + o`` over the KV capacity are rejected (TPOT = ∞).
 
 Requests arriving in the first ``warmup`` and last ``cooldown`` fractions of the
 arrival window are simulated but not measured. Randomness is only in the inputs and
@@ -27,6 +30,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,10 +39,16 @@ from numpy.typing import NDArray
 from perfmodel.batch import Batch
 from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec
-from perfmodel.pd_models import PhaseConfig, decode_kv_capacity, kv_link, kv_transfer_time_s
+from perfmodel.pd_models import (
+    PhaseConfig,
+    decode_kv_capacity,
+    kv_link,
+    kv_transfer_time_s,
+    phase_time_s,
+    prefill_batch_tokens,
+)
 from perfmodel.simulate import Distribution
-from perfmodel.step import step_time
-from perfmodel.steptable import StepTable, build_step_table
+from perfmodel.steptable import build_step_table
 from perfmodel.workload import SLO, LengthDistribution
 
 Arr = NDArray[np.float64]
@@ -126,7 +136,7 @@ class PDSimResult:
 
 @dataclass(frozen=True)
 class _DecodeSetup:
-    table: StepTable
+    step_s: Callable[[int, int], float]  # (decoding requests, Σ cached tokens) -> seconds
     kv_capacity_tokens: int
     cap: int
 
@@ -138,14 +148,27 @@ def _decode_setup(model: ModelSpec, cfg: PhaseConfig, lengths: LengthDistributio
     if cfg.batch_cap is not None:
         cap = min(cap, cfg.batch_cap)
     cap = max(1, min(cap, 16384))
-    return _DecodeSetup(build_step_table(model, cfg.device, cfg.plan, cap), M, cap)
+    if cfg.profile is not None:
+        z = np.zeros(())
+
+        def step(n: int, k: int) -> float:
+            b = Batch(z, z, z, z, np.asarray(float(n)), np.asarray(float(k)))
+            return float(phase_time_s(model, cfg, b))
+
+        return _DecodeSetup(step, M, cap)
+    table = build_step_table(model, cfg.device, cfg.plan, cap)
+
+    def tabulated(n: int, k: int) -> float:
+        return table.time_s(n, n, 0.0, k + n, k, decode_seqs=n)
+
+    return _DecodeSetup(tabulated, M, cap)
 
 
 def _decode_instance(setup: _DecodeSetup, arrive: Arr, s: IntArr, o: IntArr) -> tuple[Arr, int]:
     """Finish times of the requests routed to one decode instance (``arrive`` sorted)."""
     n = arrive.size
     finish = np.full(n, math.inf)
-    tt = setup.table.time_s
+    tt = setup.step_s
     M, cap = setup.kv_capacity_tokens, setup.cap
     waiting: deque[int] = deque()
     heap: list[tuple[int, int]] = []
@@ -175,7 +198,7 @@ def _decode_instance(setup: _DecodeSetup, arrive: Arr, s: IntArr, o: IntArr) -> 
             if nxt < n:
                 t = max(t, float(arrive[nxt]))
             continue
-        t += tt(N, N, 0.0, K + N, K, decode_seqs=N)
+        t += tt(N, K)
         it += 1
         K += N
         while heap and heap[0][0] == it:
@@ -195,6 +218,49 @@ def _fcfs(arrive: Arr, service: Arr) -> Arr:
         free = max(free, float(arrive[i])) + float(service[i])
         out[i] = free
     return out
+
+
+def _prefill_instance(
+    arrive: Arr, s: IntArr, alone_s: Arr, batch_tokens: int, time_s: Callable[[Batch], float]
+) -> Arr:
+    """Prefill end times on one instance (``arrive`` sorted): FCFS; when the server frees
+    and the head prompt is shorter than ``batch_tokens``, the short prompts waiting right
+    behind it join its iteration until the batch reaches ``batch_tokens`` tokens."""
+    n = arrive.size
+    done = np.empty(n)
+    cache: dict[tuple[int, ...], float] = {}
+    free = 0.0
+    i = 0
+    while i < n:
+        start = max(free, float(arrive[i]))
+        j = i + 1
+        if s[i] < batch_tokens:
+            total = int(s[i])
+            while j < n and total < batch_tokens and arrive[j] <= start and s[j] < batch_tokens:
+                total += int(s[j])
+                j += 1
+        if j == i + 1:
+            dur = float(alone_s[i])
+        else:
+            key = tuple(sorted(int(v) for v in s[i:j]))
+            if key not in cache:
+                ls = np.asarray(key, dtype=np.float64)
+                z = np.zeros(())
+                cache[key] = time_s(
+                    Batch(
+                        np.asarray(ls.sum()),
+                        np.asarray(float(ls.size)),
+                        np.asarray(float((ls * (ls + 1) / 2).sum())),
+                        np.asarray(ls.sum()),
+                        z,
+                        z,
+                    )
+                )
+            dur = cache[key]
+        free = start + dur
+        done[i:j] = free
+        i = j
+    return done
 
 
 def _route(u: Arr, pools: tuple[Pool, ...]) -> tuple[IntArr, IntArr]:
@@ -236,8 +302,8 @@ def simulate_pd(
         sel = p_pool == i
         if not sel.any():
             continue
-        d_u = step_time(model, pp.config.device, Batch.prefill(1, uniq), plan=pp.config.plan)
-        d_s[sel] = d_u.total_s[inv[sel]]
+        d_u = phase_time_s(model, pp.config, Batch.prefill(1, uniq))
+        d_s[sel] = d_u[inv[sel]]
         for j, dp in enumerate(dep.decode):
             both = sel & (d_pool == j)
             if both.any():
@@ -247,9 +313,17 @@ def simulate_pd(
                 )
                 x_s[both] = x_u[inv[both]]
     first = np.empty(n)
+    batch_tokens = [prefill_batch_tokens(model, pp.config) for pp in dep.prefill]
     for k in np.unique(p_inst):
         idx = np.flatnonzero(p_inst == k)
-        done = _fcfs(arr[idx], d_s[idx])  # prefill end (arrivals sorted)
+        cfg = dep.prefill[int(p_pool[idx[0]])].config
+
+        def batch_time_s(b: Batch, c: PhaseConfig = cfg) -> float:
+            return float(phase_time_s(model, c, b))
+
+        done = _prefill_instance(  # prefill end (arrivals sorted)
+            arr[idx], s[idx], d_s[idx], batch_tokens[int(p_pool[idx[0]])], batch_time_s
+        )
         order = np.argsort(done, kind="stable")
         land = _fcfs(done[order], x_s[idx][order])
         first[idx[order]] = land

@@ -11,7 +11,16 @@ prefill/decode configuration pair with fractional instance counts: DistServe's
 ``n : m = g_d : g_p``), the P:D GPU and instance ratios, the best colocated
 chunked-prefill goodput per GPU (``solvers.pd_plan.colocated_baseline``), and the
 gain = disaggregated / colocated goodput per GPU. The regime says who wins, or which
-side cannot meet the SLOs at all.
+side cannot meet the SLOs at all; :meth:`PDPhaseDiagram.boundary` gives, per column,
+the largest y (output length, or TPOT target) up to which disaggregation wins, drawn as
+a line on the gain map.
+
+What the model finds (OPT-13B on A100, ShareGPT stand-in; Llama-3.1-70B on H100, chat):
+loose TPOT -> colocated chunked prefill wins (its decode tokens ride in the prefill
+iterations); tight TPOT -> disaggregation wins, *unless* TTFT is tight too: then both
+sides run prefill at TP4-TP8 at low utilization, the colocated instance's decode steps
+are short and cheap next to its prefill work, and the disaggregated plan pays for its
+separate decode GPUs. The TPOT boundary rises with the TTFT target.
 """
 
 from __future__ import annotations
@@ -69,9 +78,46 @@ class PDPhaseDiagram:
                 return c
         raise KeyError((x, y))
 
+    def boundary(self) -> tuple[tuple[float, float | None], ...]:
+        """Per column ``x``, the largest ``y`` up to which disaggregation wins at every
+        smaller ``y`` of the grid (None: it does not win at the smallest ``y``).
+
+        On an SLO diagram (x = TTFT, y = TPOT target) this is the TPOT boundary: below
+        it disaggregation wins, above it colocated serving does.
+        """
+        wins = ("disaggregated", "disaggregated-only")
+        out = []
+        for x in self.xs:
+            top = None
+            for y in sorted(self.ys):
+                if self.cell(x, y).regime not in wins:
+                    break
+                top = y
+            out.append((x, top))
+        return tuple(out)
+
+    def summary(self) -> str:
+        """One line per column: where disaggregation stops winning, with the gains."""
+        unit = 1e3 if self.kind == "slo" else 1.0
+        lines = []
+        for x, top in self.boundary():
+            col = sorted((c for c in self.cells if c.x == x), key=lambda c: c.y)
+            gains = ", ".join(
+                f"{c.y * unit:g}: {c.gain:.2f}x" if c.gain else f"{c.y * unit:g}: {c.regime}"
+                for c in col
+            )
+            where = (
+                "colocated wins at every " + self.y_label
+                if top is None
+                else f"disaggregation wins up to {self.y_label} {top * unit:g}"
+            )
+            lines.append(f"{self.x_label} {x * unit:g}: {where} (gain by {self.y_label}: {gains})")
+        return "\n".join(lines)
+
     def to_dict(self) -> dict[str, Any]:
         d = {k: v for k, v in vars(self).items() if k != "cells"}
         d["cells"] = [c.to_dict() for c in self.cells]
+        d["boundary"] = [list(b) for b in self.boundary()]
         return d
 
 
@@ -277,6 +323,22 @@ def phase_figure_html(diagrams: Sequence[PDPhaseDiagram]) -> str:
             row=row,
             col=2,
         )
+        bx = [_fmt_axis(d, x) for x, y in d.boundary() if y is not None]
+        by = [_fmt_axis(d, y) for _, y in d.boundary() if y is not None]
+        if bx:
+            fig.add_trace(
+                go.Scatter(
+                    x=bx,
+                    y=by,
+                    mode="lines+markers",
+                    line={"color": "black", "width": 3, "shape": "hvh"},
+                    name="PD wins up to here",
+                    hovertemplate="disaggregation wins up to %{y} at %{x}<extra></extra>",
+                    showlegend=row == 1,
+                ),
+                row=row,
+                col=1,
+            )
         for col in (1, 2):
             fig.update_xaxes(title_text=d.x_label, type="category", row=row, col=col)
             fig.update_yaxes(title_text=d.y_label, type="category", row=row, col=col)
@@ -284,6 +346,7 @@ def phase_figure_html(diagrams: Sequence[PDPhaseDiagram]) -> str:
         height=480 * len(diagrams),
         width=1300,
         title="Prefill/decode disaggregation vs colocated chunked prefill: goodput per GPU "
-        "(PD = disaggregation wins, CO = colocated wins)",
+        "(PD = disaggregation wins, CO = colocated wins; black line: the largest "
+        "y at which disaggregation still wins, per column)",
     )
     return str(fig.to_html(include_plotlyjs=True, full_html=True))

@@ -19,6 +19,10 @@
    plan with the most spare goodput among equal-cost ones.
 3. **Colocated baseline**: the best goodput per GPU of the same device(s) serving both
    phases with chunked prefill (``perfmodel.queueing``), under the same SLO criterion.
+   Compared like with like: ``gain`` at the plan's rate (whole instances on both
+   sides: colocated GPUs needed for λ / plan GPUs) and ``fluid_gain`` at scale
+   (fractional instances on both sides: :func:`fluid_optimum` per GPU / colocated per
+   GPU), so integer rounding at small λ cannot decide the verdict at scale.
 
 The SLO criterion is DistServe's: the ``slo.percentile`` quantile of TTFT and that of
 TPOT both within their targets.
@@ -28,11 +32,12 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from hardware.device import Device
+from hardware.maxaffine import MaxAffine
 from perfmodel.errors import InfeasibleError, SolverError, SpecError
 from perfmodel.memory import describe_shortfall, memory_fit
 from perfmodel.model import ModelSpec
@@ -131,8 +136,10 @@ class PDPlan:
     constraints: tuple[Constraint, ...]
     binding: str
     colocated: Colocated | None
-    gain: float | None  # goodput per GPU, disaggregated / colocated
-    colocated_gpus: int | None  # GPUs colocated serving needs for λ
+    gain: float | None  # at λ: GPUs colocated serving needs / GPUs of this plan (both whole)
+    colocated_gpus: int | None  # GPUs colocated serving needs for λ (whole instances)
+    fluid_per_gpu: float  # rate-free optimum: goodput per GPU with fractional instances
+    fluid_gain: float | None  # at scale: fluid_per_gpu / colocated goodput per GPU
     solver: str
     status: str
     solve_s: float
@@ -162,11 +169,14 @@ class PDPlan:
             return "colocated baseline not evaluated"
         if not self.colocated.feasible:
             return "disaggregation wins: colocated serving cannot meet these SLOs at any rate"
-        assert self.gain is not None
-        word = "wins" if self.gain > 1 else "loses"
+        assert self.gain is not None and self.fluid_gain is not None
+        word = "wins" if self.gain > 1 else ("ties" if self.gain == 1 else "loses")
+        scale = "wins" if self.fluid_gain > 1 else "loses"
         return (
-            f"disaggregation {word}: {self.goodput_per_gpu:.3g} vs "
-            f"{self.colocated.per_gpu_rate_per_s:.3g} req/s per GPU colocated ({self.gain:.2f}x)"
+            f"disaggregation {word} at {self.rate_per_s:g} req/s: {self.gpus} vs "
+            f"{self.colocated_gpus} GPUs colocated ({self.gain:.2f}x); at scale (fractional "
+            f"instances) it {scale}: {self.fluid_per_gpu:.3g} vs "
+            f"{self.colocated.per_gpu_rate_per_s:.3g} req/s per GPU ({self.fluid_gain:.2f}x)"
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -194,6 +204,8 @@ class PDPlan:
             "colocated": vars(self.colocated) if self.colocated else None,
             "gain": self.gain,
             "colocated_gpus": self.colocated_gpus,
+            "fluid_per_gpu": self.fluid_per_gpu,
+            "fluid_gain": self.fluid_gain,
             "verdict": self.verdict,
             "solver": self.solver,
             "status": self.status,
@@ -229,6 +241,26 @@ def _valid_tps(model: ModelSpec, tps: Sequence[int] = TP_CANDIDATES) -> list[int
     return out
 
 
+#: Calibrated phase profiles, keyed ``(phase, device id, TP)``.
+PhaseProfiles = Mapping[tuple[str, str, int], MaxAffine]
+
+
+def _phase_tps(
+    model: ModelSpec, phase: str, dev: Device, tps: Sequence[int], profiles: PhaseProfiles | None
+) -> list[tuple[int, MaxAffine | None]]:
+    """TP degrees to enumerate for a phase on a device, with their calibrated profiles.
+
+    A phase with a calibrated profile for some TP on this device is enumerated only at
+    the TPs that have one (a measured profile is not mixed with roofline configurations
+    of the same phase and device); otherwise every valid TP, costed by the roofline.
+    """
+    valid = _valid_tps(model, tps)
+    mine = {k[2]: v for k, v in (profiles or {}).items() if k[:2] == (phase, dev.id)}
+    if not mine:
+        return [(tp, None) for tp in valid]
+    return [(tp, mine[tp]) for tp in valid if tp in mine]
+
+
 def evaluate_options(
     model: ModelSpec,
     lengths: LengthDistribution,
@@ -241,22 +273,28 @@ def evaluate_options(
     decode_batch_caps: Sequence[int | None] = (None,),
     placement: str = "auto",
     tp_candidates: Sequence[int] = TP_CANDIDATES,
+    profiles: PhaseProfiles | None = None,
+    kv_capacity_tokens: Mapping[tuple[str, int], int] | None = None,
 ) -> PhaseOptions:
     """Per-instance goodputs of every configuration that fits (see the module docstring).
 
+    ``profiles``: calibrated phase cost profiles by ``(phase, device id, TP)`` (see
+    :func:`_phase_tps`); configurations without one are costed by the roofline.
+    ``kv_capacity_tokens``: measured decode KV capacities by ``(device id, TP)``
+    (default: ``memory_fit``).
     Raises InfeasibleError when the model fits no configuration of a phase.
     """
     max_in = int(lengths.input_tokens.max())
     pre_cfgs: list[PhaseConfig] = []
     short: list[str] = []
     for dev in prefill_devices:
-        for tp in _valid_tps(model, tp_candidates):
+        for tp, prof in _phase_tps(model, "prefill", dev, tp_candidates, profiles):
             plan = _plan(tp, dtype, kv_dtype)
             fit = memory_fit(
                 model, dev, plan, batch=2, context_len=max_in, max_batched_tokens=max_in
             )
             if fit.fits:
-                pre_cfgs.append(PhaseConfig("prefill", dev, plan))
+                pre_cfgs.append(PhaseConfig("prefill", dev, plan, profile=prof))
             else:
                 short.append(describe_shortfall(fit, model, dev, tp))
     if not pre_cfgs:
@@ -270,19 +308,20 @@ def evaluate_options(
     reasons: list[str] = []
     probe_p = pre_cfgs[0]
     for dev in decode_devices:
-        for tp in _valid_tps(model, tp_candidates):
+        for tp, cost in _phase_tps(model, "decode", dev, tp_candidates, profiles):
             for cap in decode_batch_caps:
-                cfg = PhaseConfig("decode", dev, _plan(tp, dtype, kv_dtype), cap)
+                kv = (kv_capacity_tokens or {}).get((dev.id, tp))
+                cfg = PhaseConfig("decode", dev, _plan(tp, dtype, kv_dtype), cap, cost, kv)
                 try:
                     link = kv_link(
                         probe_p, cfg, "scale-out" if placement == "scale-out" else "auto"
                     )
-                    prof = decode_profile(model, cfg, lengths, link=link)
+                    dprof = decode_profile(model, cfg, lengths, link=link)
                 except InfeasibleError as e:
                     reasons.append(str(e))
                     continue
-                dec.setdefault((dev.id, tp), []).append(decode_goodput(prof, slo))
-                profs.setdefault((dev.id, tp), []).append(prof)
+                dec.setdefault((dev.id, tp), []).append(decode_goodput(dprof, slo))
+                profs.setdefault((dev.id, tp), []).append(dprof)
     if not dec:
         raise InfeasibleError(
             f"{model.id} fits no decode configuration: " + (reasons[-1] if reasons else "")
@@ -507,8 +546,16 @@ def plan_pd(
     prices: dict[str, float] | None = None,
     baseline: bool = True,
     time_limit_s: float = 10.0,
+    profiles: PhaseProfiles | None = None,
+    kv_capacity_tokens: Mapping[tuple[str, int], int] | None = None,
 ) -> PDPlan:
-    """Least-cost disaggregated plan for ``rate_per_s`` (see the module docstring)."""
+    """Least-cost disaggregated plan for ``rate_per_s`` (see the module docstring).
+
+    ``profiles``: calibrated phase cost profiles by ``(phase, device id, TP)``, used
+    instead of the roofline for those configurations (the colocated baseline stays on
+    the roofline: the queueing layer takes no calibrated profile); ``kv_capacity_tokens``:
+    measured decode KV capacities by ``(device id, TP)``.
+    """
     check_rate(rate_per_s)
     if max_gpus is not None and max_gpus < 1:
         raise SpecError(f"--max-gpus must be a positive integer, got {max_gpus}")
@@ -527,6 +574,8 @@ def plan_pd(
         kv_dtype=kv_dtype,
         decode_batch_caps=decode_batch_caps,
         placement=placement,
+        profiles=profiles,
+        kv_capacity_tokens=kv_capacity_tokens,
     )
     _check_feasible(opts, slo)
     kw = {"prices": prices, "time_limit_s": time_limit_s}
@@ -623,14 +672,16 @@ def _result(
     rows = [Constraint(r.name, r.required, r.provided, r.slack, r.name == tight.name) for r in rows]
     capacity = min(cap_p, cap_d, cap_e, cap_i)
     colo = None
-    gain = colo_gpus = None
+    gain = colo_gpus = fluid_gain = None
+    fluid = fluid_optimum(opts).per_gpu_rate_per_s
     if baseline:
         colo = colocated_baseline(
             model, workload, slo, devices=devices, dtype=dtype, kv_dtype=kv_dtype
         )
         if colo.feasible:
-            gain = (capacity / gpus) / colo.per_gpu_rate_per_s
             colo_gpus = math.ceil(rate / colo.goodput_per_instance_per_s - 1e-9) * colo.tp
+            gain = colo_gpus / gpus
+            fluid_gain = fluid / colo.per_gpu_rate_per_s
     dep = Deployment(
         model=model,
         prefill=tuple(Pool(a.config, a.instances, a.goodput_per_instance_per_s) for a in pre),
@@ -656,6 +707,8 @@ def _result(
         colocated=colo,
         gain=gain,
         colocated_gpus=colo_gpus,
+        fluid_per_gpu=fluid,
+        fluid_gain=fluid_gain,
         solver=solver,
         status=status,
         solve_s=time.perf_counter() - t0,

@@ -10,6 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hardware.device import load_device
+from hardware.maxaffine import MaxAffine
+from perfmodel.errors import SpecError
 from perfmodel.model import load_model
 from perfmodel.parallel import ParallelPlan
 from perfmodel.pd_models import (
@@ -20,11 +22,12 @@ from perfmodel.pd_models import (
     kv_transfer_time_s,
     mg1_wait_tail,
     planner_lengths,
+    prefill_batch_tokens,
     prefill_goodput,
     prefill_profile,
 )
 from perfmodel.simulate_pd import Deployment, Pool, run_at_rate, sample_requests
-from perfmodel.workload import SLO, fixed_lengths
+from perfmodel.workload import SLO, TruncLogNormal, fixed_lengths, lognormal_lengths
 
 A100 = load_device("a100-sxm-80gb")
 OPT = load_model("opt-13b")
@@ -139,3 +142,42 @@ def test_decode_floor_and_kv_capacity() -> None:
     assert prof.slots == pytest.approx(prof.kv_capacity_tokens / 955.1, rel=0.01)
     g = decode_goodput(prof, SLO(0.2, 0.010))
     assert not g.feasible and g.floor_s > 0.010 and math.isfinite(g.floor_s)
+
+
+def test_prompt_batching_checked_by_simulation() -> None:
+    """Prompts below L_m (92 tokens for OPT-13B fp16 TP1 on the roofline) are batched;
+    the prefill TTFT goodput with batching meets p90 TTFT 60 ms in simulation at 0.85x
+    and misses it at 1.25x, and exceeds the goodput of one-prompt-at-a-time service."""
+    lengths = lognormal_lengths(
+        TruncLogNormal(4.0, 0.8, 4, 1024), TruncLogNormal(1.0, 0.1, 2, 4), name="short", n=64
+    )
+    pre = _cfg("prefill", 1)
+    p = prefill_profile(OPT, pre, lengths, decode=_cfg("decode", 1))
+    assert p.batch_tokens == prefill_batch_tokens(OPT, pre) == 92
+    slo = SLO(0.06, 1.0)
+    g = prefill_goodput(p, slo, model=OPT)
+    # without batching every prompt occupies the server for D(s): capacity 1/E[D]
+    assert p.capacity_rate_per_s > 1.3 / float(np.dot(p.weights, p.alone_s))
+    dep = Deployment(OPT, (Pool(pre, 1, 1.0),), (Pool(_cfg("decode", 4), 1, 1.0),))
+    req = sample_requests(lengths, 4000, seed=2)
+    assert run_at_rate(dep, lengths, req, 0.85 * g.rate_per_s).quantiles_s(0.9)[0] <= 0.06
+    assert run_at_rate(dep, lengths, req, 1.25 * g.rate_per_s).quantiles_s(0.9)[0] > 0.06
+
+
+def test_calibrated_profile_replaces_the_roofline() -> None:
+    """A one-piece quadratic prefill profile gives exactly a + b·s + c·s² per prompt."""
+    prof = MaxAffine(
+        ("prefill_tokens", "prefill_tokens_sq"), np.array([0.01]), np.array([[1e-4, 1e-8]])
+    )
+    pre = PhaseConfig("prefill", A100, ParallelPlan(2, "fp16", "fp16", "fp16"), profile=prof)
+    p = prefill_profile(OPT, pre, fixed_lengths(500, 10), decode=_cfg("decode", 1))
+    assert p.alone_s[0] == pytest.approx(0.01 + 1e-4 * 500 + 1e-8 * 500**2)
+    # a/b = 100: the fixed cost equals the per-token cost (on a 5 % geometric grid)
+    assert p.batch_tokens == pytest.approx(100, rel=0.05)
+    with pytest.raises(SpecError, match="unknown; a phase profile uses"):
+        PhaseConfig(
+            "prefill",
+            A100,
+            ParallelPlan(1),
+            profile=MaxAffine(("flop",), np.array([0.0]), np.array([[1e-15]])),
+        )
