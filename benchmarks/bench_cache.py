@@ -8,6 +8,7 @@ from collections.abc import Callable
 import numpy as np
 
 from hardware.device import load_device
+from perfmodel.cache_serving import budget_context, evaluate_engine
 from perfmodel.hitrate import (
     che_lru,
     inclusion_probabilities,
@@ -25,6 +26,7 @@ from solvers.cache_budget import (
     SplitProblem,
     brute_force_split,
     plan_cache_budget,
+    popularity_activation,
     solve_split,
 )
 
@@ -50,16 +52,23 @@ def main() -> None:
     req = irm_requests(zipf_popularity(1000, 0.8), 1_000_000, np.random.default_rng(0))
     timed("exact LRU simulation, 1,000,000 requests, C=100", lambda: simulate_lru(req, 100), 1)
     rng = np.random.default_rng(1)
-    levels = tuple(np.sort(rng.uniform(1, 20, 8)) * GiB for _ in range(3))
+    n_eng, n_ad = 64, 8  # 8 KV x 8 expert levels, 8 adapter levels
+    att = rng.uniform(0.5, 1.0, n_eng)
+    per_miss = rng.uniform(0.0, 1.0, n_eng) * att
     prob = SplitProblem(
-        ("kv", "experts", "adapters"),
-        levels,
-        rng.normal(size=(8, 8, 8)),
-        rng.random((8, 8, 8)) < 0.7,
-        30 * GiB,
+        engine_bytes=rng.uniform(1, 30, n_eng) * GiB,
+        engine_ok=rng.random(n_eng) < 0.8,
+        value=4.0 * att,
+        value_per_miss=4.0 * per_miss,
+        attain=att,
+        attain_per_miss=per_miss,
+        adapter_bytes=np.sort(rng.uniform(0, 8, n_ad)) * GiB,
+        adapter_miss=np.sort(rng.uniform(0, 1, n_ad))[::-1],
+        goal=0.6,
+        budget_bytes=30 * GiB,
     )
-    timed("split MILP, 8x8x8 grid (HiGHS)", lambda: solve_split(prob))
-    timed("split brute force, 8x8x8 grid", lambda: brute_force_split(prob))
+    timed("split MILP, 64 engines x 8 adapter levels (HiGHS)", lambda: solve_split(prob))
+    timed("split brute force, 64 x 8", lambda: brute_force_split(prob))
     spec = CacheBudgetSpec(
         load_model("llama-3.1-8b"),
         load_device("a100-40gb"),
@@ -72,8 +81,6 @@ def main() -> None:
     )
     timed("plan: llama-3.1-8b, KV 6 x adapters 5 levels", lambda: plan_cache_budget(spec), 1)
     q = load_model("qwen3-30b-a3b")
-    from solvers.cache_budget import popularity_activation
-
     spec2 = CacheBudgetSpec(
         q,
         load_device("a100-40gb"),
@@ -90,6 +97,62 @@ def main() -> None:
         lambda: plan_cache_budget(spec2),
         1,
     )
+    ctx = budget_context(spec2)
+    timed(
+        "one offloaded engine (KV 20 GiB, 8 experts/layer)",
+        lambda: evaluate_engine(ctx, 20 * GiB, 8.0),
+        1,
+    )
+    simulator_checks()
+
+
+def _checked_specs() -> list[CacheBudgetSpec]:
+    """The three plans of ``tests/test_cache_budget.py::_specs`` (kept in step by hand)."""
+    q = load_model("qwen3-30b-a3b")
+    return [
+        CacheBudgetSpec(
+            load_model("llama-3.1-8b"), load_device("a100-40gb"), ParallelPlan(),
+            preset("chat"), 4.0, SLO(ttft_s=1.0, tpot_s=0.1), adapters=200,
+            adapter_rank=64, kv_levels=4, adapter_levels=3,
+        ),
+        CacheBudgetSpec(
+            load_model("llama-3.1-8b"), load_device("l40s"), ParallelPlan(), preset("code"),
+            2.0, SLO(ttft_s=2.0, tpot_s=0.1), kv_levels=4,
+        ),
+        CacheBudgetSpec(
+            q, load_device("a100-40gb"), ParallelPlan(), preset("chat"), 0.2,
+            SLO(ttft_s=30.0, tpot_s=4.0), offload_experts=True,
+            expert_activation=popularity_activation(q, 1.0), low_precision_dtype="int4",
+            low_fraction=0.5, prefetched=0.5, kv_levels=3, expert_levels=3,
+            max_batched_tokens=2048,
+        ),
+    ]  # fmt: skip
+
+
+def simulator_checks() -> None:
+    """The three simulator-confirmed plans of tests/test_cache_budget.py, with figures."""
+    from perfmodel.simulate import Distribution
+    from solvers.cache_budget import simulate_plan
+
+    print("simulator checks (1,500 requests, seed 1): analytic / simulated")
+    for i, spec in enumerate(_checked_specs()):
+        t = time.perf_counter()
+        plan = plan_cache_budget(spec)
+        dt = time.perf_counter() - t
+        ev = plan.evaluation
+        assert ev is not None
+        sim = simulate_plan(spec, plan, n_requests=1500, seed=1)
+        tp: Distribution = sim.tpot()
+        tt: Distribution = sim.ttft()
+        print(
+            f"  case {i} ({spec.model.id}, {spec.device.id}, {spec.workload.name}, "
+            f"{spec.rate_per_s:g}/s; plan {dt:.1f} s): mu {ev.service_rate_per_s:.3f}/s "
+            f"{ev.binding}, util {ev.utilization:.2f}; TPOT mean "
+            f"{ev.tpot_mean_s * 1e3:.1f} / {tp.mean_s * 1e3:.1f} ms, "
+            f"p90 {ev.tpot_quantile_s * 1e3:.1f} / {tp.p90_s * 1e3:.1f} ms; "
+            f"TTFT p90 {ev.ttft_quantile_s:.3f} / {tt.p90_s:.3f} s; "
+            f"throughput {sim.throughput_per_s:.3f}/s"
+        )
 
 
 if __name__ == "__main__":

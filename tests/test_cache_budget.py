@@ -1,4 +1,7 @@
-"""The cache-budget MILP: equal to brute force, stable plans, simulator confirmation, errors."""
+"""The cache-budget plan: stable plans confirmed by the simulator, explained failures, errors.
+
+The MILP itself is tested against brute force in ``test_cache_milp.py``.
+"""
 
 from __future__ import annotations
 
@@ -14,47 +17,10 @@ from perfmodel.units import GiB
 from perfmodel.workload import SLO, preset
 from solvers.cache_budget import (
     CacheBudgetSpec,
-    SplitProblem,
-    brute_force_split,
     plan_cache_budget,
     popularity_activation,
     simulate_plan,
-    solve_split,
 )
-
-
-def _random_problem(rng: np.random.Generator) -> SplitProblem:
-    n_pools = int(rng.integers(1, 4))
-    levels = tuple(
-        np.sort(rng.uniform(0.5, 20.0, size=int(rng.integers(2, 6)))) * GiB for _ in range(n_pools)
-    )
-    shape = tuple(len(b) for b in levels)
-    value = rng.normal(size=shape)
-    admissible = rng.random(shape) < 0.7
-    total_max = sum(float(b[-1]) for b in levels)
-    budget = rng.uniform(0.3, 1.0) * total_max
-    return SplitProblem(("kv", "experts", "adapters")[:n_pools], levels, value, admissible, budget)
-
-
-def test_milp_equals_brute_force_on_random_cases() -> None:
-    rng = np.random.default_rng(2024)
-    n_feasible = 0
-    for _ in range(24):
-        p = _random_problem(rng)
-        milp, brute = solve_split(p), brute_force_split(p)
-        assert milp.feasible == brute.feasible
-        if brute.feasible:
-            n_feasible += 1
-            assert milp.levels == brute.levels
-            assert milp.objective == pytest.approx(brute.objective)
-            assert milp.bytes_used <= p.budget_bytes * (1 + 1e-9)
-    assert n_feasible >= 20
-
-
-def test_infeasible_knapsack_is_a_result() -> None:
-    b = (np.array([5.0, 6.0]) * GiB,)
-    p = SplitProblem(("kv",), b, np.array([1.0, 2.0]), np.array([True, True]), 4.0 * GiB)
-    assert not solve_split(p).feasible and not brute_force_split(p).feasible
 
 
 def _specs() -> list[CacheBudgetSpec]:
@@ -122,8 +88,10 @@ def test_plan_is_stable_and_the_simulator_confirms_it(case: int) -> None:
     assert sim.rejected == 0
     assert sim.throughput_per_s == pytest.approx(spec.rate_per_s, rel=0.08)
     assert abs(sim.queue_growth_per_s()) < 0.01 * spec.rate_per_s
-    tol = 0.25 if spec.offload_experts else 0.08
-    assert ev.tpot_mean_s == pytest.approx(sim.tpot().mean_s, rel=tol)
+    # measured (seed 1, 1,500 requests): TPOT mean 22.5/23.1, 35.3/35.1, 1356/1359 ms;
+    # TTFT p90 0.23/0.29, 0.39/0.44, 3.7/4.3 s (analytic/simulated)
+    assert ev.tpot_mean_s == pytest.approx(sim.tpot().mean_s, rel=0.08)
+    assert ev.ttft_quantile_s == pytest.approx(sim.ttft().p90_s, rel=0.25)
 
 
 def test_unstable_rate_gives_an_explained_infeasible_plan() -> None:
