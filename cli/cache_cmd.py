@@ -261,24 +261,39 @@ def curve_cmd(
     kv_levels: Levels = 6,
     expert_levels: Levels = 5,
     adapter_levels: Levels = 5,
+    json_out: bool = JsonOpt,
 ) -> None:
     """Write goodput/TPOT over the split grid and hit ratio vs cache size as HTML."""
     if out.exists() and not force:
         raise fail(f"{out} exists; pass --force to overwrite it")
     o = dict(locals())
-    del o["out"], o["force"]
+    del o["out"], o["force"], o["json_out"]
     spec = _spec(**o)
     plan = _plan(spec)
-    html = _curve_html(spec, plan)
-    write_atomic(out, html, force=force)
+    curves = _hit_curves(spec)
+    from reports.cache_plot import cache_figure, figure_html
+
+    write_atomic(out, figure_html(cache_figure(plan, curves)), force=force)
+    if json_out:
+        echo_json(
+            {
+                "out": str(out),
+                "plan": plan_dict(plan),
+                "hit_curves": [
+                    {"name": c.label, "cache_size": c.sizes, "hit_ratio": c.hit_ratio}
+                    for c in curves
+                ],
+            }
+        )
+        return
     typer.echo(f"wrote {out}")
 
 
-def _curve_html(spec: Any, plan: Any) -> str:
+def _hit_curves(spec: Any) -> list[Any]:
     import numpy as np
 
     from perfmodel.hitrate import che_lru, che_lru_steps, static_hit_ratio, step_activation
-    from reports.cache_plot import HitCurve, cache_figure, figure_html
+    from reports.cache_plot import HitCurve
 
     curves = []
     if spec.offload_experts and spec.expert_activation is not None:
@@ -307,4 +322,4 @@ def _curve_html(spec: Any, plan: Any) -> str:
                 "adapters, LRU (Che)", sizes, np.array([che_lru(p, c).hit_ratio for c in sizes])
             )
         )
-    return figure_html(cache_figure(plan, curves))
+    return curves

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -72,6 +73,13 @@ def test_curve_writes_html_and_refuses_to_overwrite(tmp_path: Path) -> None:
     assert "plotly" in html and "adapters, LRU (Che)" in html and "<script" in html
     r2 = runner.invoke(app, args)
     assert r2.exit_code == 2 and "--force" in r2.output
+    r3 = runner.invoke(app, [*args, "--force", "--json"])
+    assert r3.exit_code == 0, r3.output
+    (curve,) = json.loads(r3.stdout)["hit_curves"]
+    hits = curve["hit_ratio"]
+    # LRU hit ratio grows with the cache and is 1 when all 30 adapters fit
+    assert all(b >= a - 1e-12 for a, b in itertools.pairwise(hits))
+    assert curve["cache_size"][-1] == 30 and hits[-1] == pytest.approx(1.0)
 
 
 def test_bad_input_one_line_errors() -> None:
