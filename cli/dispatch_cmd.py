@@ -19,18 +19,43 @@ DEFAULT_HARDWARE = "h100-sxm"
 SOLVE_METHODS = ("milp", "heuristic", "token", "activated", "static", "bound")
 
 
-def _setup(model: str | None, hardware: str) -> tuple[Any, Any, Any]:
+ProfileOpt = Annotated[
+    str,
+    typer.Option(
+        help="Expert-block cost profile: 'derived' (roofline) or a fitted max-affine "
+        "profile over G, N (TOML path, e.g. from `perfmodel profile crossover --out`, "
+        "or <device>:<op>)."
+    ),
+]
+
+
+def _setup(model: str | None, hardware: str, profile: str = "derived") -> tuple[Any, Any, Any]:
     from hardware.device import load_device
     from perfmodel.expert import derived_expert_profile, expert_shape
     from perfmodel.model import load_model
 
     d = load_device(hardware)
     m = load_model(model) if model else None
-    if m is not None:
-        h, i, mats = expert_shape(m)
-        prof = derived_expert_profile(d, h, i, mats=mats)
-    else:
-        prof = None
+    if m is None:
+        return m, d, None
+    h, i, mats = expert_shape(m)
+    if profile == "derived":
+        return m, d, derived_expert_profile(d, h, i, mats=mats)
+    from hardware.profile_io import load_profile
+
+    prof = load_profile(profile, device=d.id)
+    if set(prof.features) != {"G", "N"}:
+        raise fail(
+            f"--profile {profile} is over {', '.join(prof.features)}; dispatch needs an "
+            "expert-block profile over G (activated experts) and N (token rows)"
+        )
+    op = prof.provenance.op
+    want = f"moe_expert_{h}x{i}x{mats}"
+    if op.startswith("moe_expert_") and op != want:
+        raise fail(
+            f"--profile {profile} was fitted for {op}, but {m.id}'s expert is {want}; "
+            "fit a profile for this expert shape"
+        )
     return m, d, prof
 
 
@@ -74,6 +99,7 @@ def solve_cmd(
         str, typer.Option(help="milp|heuristic|token|activated|static|bound|all")
     ] = "all",
     time_limit_s: Annotated[float, typer.Option(help="MILP time limit, seconds.")] = 10.0,
+    profile: ProfileOpt = "derived",
     json_out: bool = JsonOpt,
 ) -> None:
     """Dispatch one batch over GPUs holding expert replicas; compare the methods."""
@@ -86,7 +112,7 @@ def solve_cmd(
         raise fail(f"--gpus must be >= 1, got {gpus}")
     if not model:
         raise fail("--model is required (it gives the expert shape for the cost profile)")
-    m, d, prof = _setup(model, hardware)
+    m, d, prof = _setup(model, hardware, profile)
     c, source = _counts(counts, m, tokens, skew, seed, row)
     pl = round_robin_placement(len(c), gpus, replicas=replicas)
     p = make_problem(c, pl, prof, tile_rows=tile_rows)
@@ -100,11 +126,13 @@ def solve_cmd(
                 "gpus": gpus,
                 "replicas": replicas,
                 "batch": source,
+                "profile": _profile_info(prof),
                 "results": [r.to_dict() for r in res],
             }
         )
         return
     typer.echo(f"{m.id} experts on {gpus}x {d.id}, {replicas} replica(s) each; batch: {source}")
+    typer.echo(f"expert-block profile: {_profile_text(prof)}")
     rows = [
         [
             r.method,
@@ -198,6 +226,16 @@ def place_cmd(
         typer.echo(f"  note: {r.message}")
 
 
+def _profile_info(prof: Any) -> dict[str, Any]:
+    pv = prof.provenance
+    return {"source": pv.source, "op": pv.op, "device": pv.device, "heldout_mape": pv.heldout_mape}
+
+
+def _profile_text(prof: Any) -> str:
+    pv = prof.provenance
+    return f"{pv.source} ({pv.op} on {pv.device})"
+
+
 def _int_list(s: str, name: str) -> list[int]:
     try:
         return [int(v) for v in s.split(",") if v.strip()]
@@ -227,6 +265,7 @@ def phase_cmd(
     samples: Annotated[int, typer.Option(help="Batches per cell.")] = 2,
     seed: Annotated[int, typer.Option(help="Seed.")] = 0,
     dispatch_dtype: Annotated[str, typer.Option(help="All-to-all dispatch dtype.")] = "bf16",
+    profile: ProfileOpt = "derived",
     force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
     json_out: bool = JsonOpt,
 ) -> None:
@@ -238,7 +277,7 @@ def phase_cmd(
     tl, sl = _int_list(tokens_per_gpu, "--tokens-per-gpu"), _float_list(skews, "--skews")
     if not tl or not sl:
         raise fail("--tokens-per-gpu and --skews need at least one value each")
-    m, d, _ = _setup(model, hardware)
+    m, d, prof = _setup(model, hardware, profile)
     with typer.progressbar(length=len(tl) * len(sl), label="cells", file=sys.stderr) as bar:
         diag = phase_diagram(
             m,
@@ -250,13 +289,15 @@ def phase_cmd(
             samples=samples,
             seed=seed,
             dispatch_dtype=dispatch_dtype,
+            profile=prof,
             progress=bar.update,
         )
     write_atomic(out, phase_figure_html([diag]), force=force)
     if json_out:
-        echo_json(diag.to_dict())
+        echo_json({**diag.to_dict(), "profile": _profile_info(prof)})
         return
     typer.echo(f"{m.id} on {gpus}x {d.id} (EP over {diag.link}); wrote {out}")
+    typer.echo(f"expert-block profile: {_profile_text(prof)}, n* = {diag.n_star_tokens:.0f}")
     rows = [
         [
             c.tokens_per_gpu,

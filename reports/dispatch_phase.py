@@ -4,8 +4,8 @@ For one model on one device with expert parallelism over ``num_gpus`` GPUs (insi
 node: the scale-up link; across nodes: the scale-out NIC), each cell draws seeded
 Zipf batches (``perfmodel.routing``), places experts with EPLB from the expected load
 (``solvers.eplb``; ``redundant_per_gpu`` extra slots per GPU), and dispatches each
-batch with the three proxies and the heuristic (``solvers.dispatch``; it also starts
-from the token-balancing LP dispatch, which the cell computes anyway). Times:
+batch with the three proxies and the heuristic (``solvers.dispatch``; it starts from
+each proxy too, so it is never worse than the best of them). Times:
 
 * expert block: the max-affine profile (derived from the roofline unless given);
 * communication: all-to-all dispatch + combine (``hardware.comm`` via
@@ -195,7 +195,7 @@ def phase_diagram(
             for c in counts:
                 prob = DispatchProblem(c.astype(np.float64), pl, prof, tile_rows)
                 res = {m: dispatch(prob, m) for m in PROXIES}
-                res["heuristic"] = dispatch_heuristic(prob, seeds=(res["token"],))
+                res["heuristic"] = dispatch_heuristic(prob)
                 for m in blocks:
                     blocks[m].append(res[m].makespan_s)
                 act = c[c > 0]

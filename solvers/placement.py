@@ -30,8 +30,9 @@ from hardware.device import Device
 from hardware.maxaffine import MaxAffine
 from hardware.roofline import GEMM_M_TILE
 from perfmodel.errors import InfeasibleError, SolverError, SpecError
-from solvers.dispatch import Placement, _pulp_solver, make_problem, solve_milp
+from solvers.dispatch import Placement, make_problem, solve_milp
 from solvers.eplb import rebalance_experts
+from solvers.pulp_solver import highs_error, pulp_solver
 
 I64 = NDArray[np.int64]
 
@@ -226,8 +227,12 @@ def place_ilp(
             if current.replicas[i, g] == 0:
                 mig.append(v)
     prob += pulp.lpSum(cs) * (1.0 / n_s) + sc * migration_cost_s * pulp.lpSum(mig)
-    solver, _ = _pulp_solver(time_limit_s, 1e-6)
+    solver, name = pulp_solver(time_limit_s, 1e-6)
     prob.solve(solver)
+    if name == "highs" and highs_error(prob) is not None:  # retry without presolve
+        left = max(time_limit_s - (time.perf_counter() - t0), 0.1 * time_limit_s)
+        solver, _ = pulp_solver(left, 1e-6, presolve=False)
+        prob.solve(solver)
     have = prob.sol_status in (pulp.LpSolutionOptimal, pulp.LpSolutionIntegerFeasible)
     if prob.status in (pulp.LpStatusInfeasible, pulp.LpStatusUnbounded):
         raise SolverError(f"placement ILP reported {pulp.LpStatus[prob.status]}")

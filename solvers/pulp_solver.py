@@ -34,12 +34,37 @@ def _mute_highs_banner() -> None:
         os.close(null)
 
 
-def pulp_solver(time_limit_s: float, gap_rel: float = 1e-9) -> tuple[Any, str]:
-    """A PuLP solver object and its name (``"highs"`` or ``"cbc"``)."""
+def pulp_solver(
+    time_limit_s: float, gap_rel: float = 1e-9, *, presolve: bool = True
+) -> tuple[Any, str]:
+    """A PuLP solver object and its name (``"highs"`` or ``"cbc"``). ``presolve=False``
+    turns HiGHS's presolve off (a retry when it ends in a solve error)."""
     import pulp
 
-    h = pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, gapAbs=1e-12)
+    extra = {} if presolve else {"presolve": "off"}
+    h = pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, gapAbs=1e-12, **extra)
     if h.available():
         _mute_highs_banner()
         return h, "highs"
     return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap_rel), "cbc"
+
+
+def highs_error(prob: Any) -> str | None:
+    """HiGHS's model status after ``prob.solve`` if the solve failed (anything but
+    optimal, infeasible, unbounded or stopped by a limit), else None."""
+    import highspy
+
+    st = highspy.HighsModelStatus
+    h = prob.solverModel
+    status = h.getModelStatus()
+    fine = (
+        st.kOptimal,
+        st.kTimeLimit,
+        st.kInfeasible,
+        st.kUnbounded,
+        st.kUnboundedOrInfeasible,
+        st.kIterationLimit,
+        st.kSolutionLimit,
+        st.kInterrupt,
+    )
+    return None if status in fine else str(h.modelStatusToString(status))

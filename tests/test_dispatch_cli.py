@@ -150,3 +150,55 @@ def test_phase_writes_html_and_refuses_overwrite(tmp_path: Path) -> None:
     assert code == 2 and "exists; pass --force" in err
     code, text, _ = run(*args, "--force", "--json")
     assert code == 0 and len(json.loads(text)["cells"]) == 2
+
+
+def _write_profile(path: Path, *, op: str, device: str = "h100-sxm", feats=("G", "N")) -> None:
+    import numpy as np
+
+    from hardware.maxaffine import MaxAffine, Provenance
+    from hardware.profile_io import profile_to_toml
+
+    k = len(feats)
+    prof = MaxAffine(
+        features=tuple(feats),
+        intercepts_s=np.zeros(2),
+        slopes=np.array([[1e-5, 0.0], [0.0, 1e-12]])[:, :k],
+        provenance=Provenance(device, op, source="fitted-test.csv"),
+    )
+    path.write_text(profile_to_toml(prof))
+
+
+def test_solve_with_fitted_profile(tmp_path: Path) -> None:
+    # A weight-bound profile t = 10 us x activated experts (β ~ 0): every method's
+    # makespan is 10 us times its busiest GPU's activations, so the file is really used.
+    f = tmp_path / "expert.toml"
+    _write_profile(f, op="moe_expert_4096x1536x3")  # qwen3-235b-a22b's routed expert
+    code, out, _ = run(
+        "dispatch", "solve", "--model", "qwen3-235b-a22b", "--tokens", "64", "--profile",
+        str(f), "--method", "activated", "--json",
+    )  # fmt: skip
+    assert code == 0
+    d = json.loads(out)
+    assert d["profile"]["source"] == "fitted-test.csv"
+    r = d["results"][0]
+    rows = max(r["gpu_rows"])
+    assert r["makespan_s"] == pytest.approx(max(1e-5 * max(r["activated"]), 1e-12 * rows))
+
+
+@pytest.mark.parametrize(
+    ("op", "device", "feats", "msg"),
+    [
+        ("moe_expert_7168x2048x3", "h100-sxm", ("G", "N"), "fitted for moe_expert_7168x2048x3"),
+        ("moe_expert_4096x1536x3", "a100-sxm-80gb", ("G", "N"), "measured on"),
+        ("gemm", "h100-sxm", ("m", "n"), "dispatch needs an expert-block profile"),
+    ],
+)
+def test_profile_mismatch_is_a_clear_error(
+    tmp_path: Path, op: str, device: str, feats: tuple[str, ...], msg: str
+) -> None:
+    f = tmp_path / "p.toml"
+    _write_profile(f, op=op, device=device, feats=feats)
+    code, out, err = run(
+        "dispatch", "solve", "--model", "qwen3-235b-a22b", "--tokens", "8", "--profile", str(f)
+    )
+    assert code == 2 and msg in err and "Traceback" not in err + out
