@@ -67,6 +67,7 @@ from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.memory import kv_bytes_per_token_per_device, memory_fit
 from perfmodel.model import ModelSpec
 from perfmodel.parallel import ParallelPlan
+from perfmodel.servemix import compress_atoms
 from perfmodel.step import step_time
 from perfmodel.workload import PRESETS, SLO, LengthDistribution, TruncLogNormal, lognormal_lengths
 
@@ -280,20 +281,6 @@ _SHAREGPT = (
 )
 
 
-def _atoms(values: NDArray[np.int64], weights: Arr, bins: int = _MAX_ATOMS) -> tuple[Arr, Arr]:
-    """At most ``bins`` (value, weight) atoms: weighted means of equal-probability bins."""
-    u, inv = np.unique(values, return_inverse=True)
-    w = np.bincount(inv, weights=weights)
-    if u.size <= bins:
-        return u.astype(np.float64), w.astype(np.float64)
-    cdf = np.cumsum(w) - 0.5 * w
-    b = np.minimum((cdf * bins).astype(int), bins - 1)
-    bw = np.bincount(b, weights=w, minlength=bins)
-    bv = np.bincount(b, weights=w * u, minlength=bins)
-    keep = bw > 0
-    return np.rint(bv[keep] / bw[keep]).astype(np.float64), bw[keep].astype(np.float64)
-
-
 # ---- results -----------------------------------------------------------------------------------
 
 
@@ -472,7 +459,7 @@ def prefill_profile(
     prompts when full. ``D_b(s)`` is that full batch; how full it is at a rate is
     :meth:`PrefillProfile.at_rate`.
     """
-    s, w = _atoms(lengths.input_tokens, lengths.weights)
+    s, w = compress_atoms(lengths.input_tokens, lengths.weights, _MAX_ATOMS)
     link = kv_link(config, decode, placement)
     lm = prefill_batch_tokens(model, config)
     alone = phase_time_s(model, config, Batch.prefill(1, s))
@@ -671,7 +658,7 @@ def decode_profile(
     if p_multi <= 0:
         raise SpecError("every request has one output token: there is nothing to decode")
     sub_w = lengths.weights * multi / p_multi
-    steps, sw = _atoms(lengths.output_tokens - 1, sub_w)
+    steps, sw = compress_atoms(lengths.output_tokens - 1, sub_w, _MAX_ATOMS)
     sw, steps = sw[steps >= 1], steps[steps >= 1]
     sw = sw / sw.sum()
     e_steps = float(np.dot(sub_w, lengths.output_tokens - 1))
@@ -700,9 +687,11 @@ def decode_profile(
     var_coef = dn**2 + 2 * dn * dk * ctx + dk**2 * ctx2
     # unloaded TPOT per request: alone, at its own mean context s + (o − 2)/2
     fs, fo = lengths.input_tokens[multi], lengths.output_tokens[multi]
-    mctx, mw = _atoms(np.rint(fs + (fo - 2) / 2).astype(np.int64), lengths.weights[multi] / p_multi)
+    mctx, mw = compress_atoms(
+        np.rint(fs + (fo - 2) / 2).astype(np.int64), lengths.weights[multi] / p_multi, _MAX_ATOMS
+    )
     floor = phase_time_s(model, config, Batch.decode(1, mctx))
-    rs, rw = _atoms(lengths.input_tokens, lengths.weights)
+    rs, rw = compress_atoms(lengths.input_tokens, lengths.weights, _MAX_ATOMS)
     recv = float(np.dot(rw, receive_time_s(model, rs, decode=config, link=link)))
     return DecodeProfile(
         config=config,
