@@ -47,12 +47,12 @@ File format (all numbers SI: bytes, B/s, FLOP/s, s, W; a comment gives the human
 from __future__ import annotations
 
 import math
-import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from perfmodel.datafile import read_data_file
 from perfmodel.dtypes import DTYPE_NAMES, get_dtype
 from perfmodel.errors import SpecError
 
@@ -222,14 +222,7 @@ def device_from_dict(data: dict[str, Any], *, path: str = "") -> Device:
 def load_device_file(path: str | Path) -> Device:
     """Load a device TOML file; malformed files raise SpecError naming the file."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SpecError(f"cannot read device file {p}: {e.strerror}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"{p}: malformed TOML: {e}") from None
+    data = read_data_file(p, what="device file")
     return device_from_dict(data, path=str(p))
 
 

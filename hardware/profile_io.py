@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import math
-import tomllib
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from hardware.maxaffine import MaxAffine, Provenance
+from perfmodel.datafile import read_data_file
 from perfmodel.errors import SpecError
 
 PROVENANCE_FIELDS = ("device", "op", "dtype", "source", "rows", "train_mape", "heldout_mape")
@@ -101,14 +101,7 @@ def profile_from_dict(data: dict[str, Any], *, where: str) -> MaxAffine:
 
 def load_profile_file(path: str | Path) -> MaxAffine:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SpecError(f"cannot read profile file {p}: {e.strerror}") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise SpecError(f"{p}: malformed TOML: {e}") from None
+    data = read_data_file(p, what="profile file")
     return profile_from_dict(data, where=str(p))
 
 

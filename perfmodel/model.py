@@ -8,13 +8,12 @@ leading dense layers (Mixtral, Qwen-MoE, DeepSeek, Llama-4).
 
 from __future__ import annotations
 
-import json
-import tomllib
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from perfmodel.datafile import read_data_file
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
 
@@ -359,18 +358,7 @@ def model_from_config(cfg: dict[str, Any], *, id: str = "", where: str = "") -> 
 def load_model_file(path: str | Path) -> ModelSpec:
     """A model from a user's ``config.json`` (or a catalog-style ``.toml``)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SpecError(f"cannot read model config {p}: {e.strerror}") from None
-    try:
-        cfg = tomllib.loads(text) if p.suffix == ".toml" else json.loads(text)
-    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as e:
-        raise SpecError(
-            f"{p}: malformed {'TOML' if p.suffix == '.toml' else 'JSON'}: {e}"
-        ) from None
-    if not isinstance(cfg, dict):
-        raise SpecError(f"{p}: expected a JSON object at the top level")
+    cfg = read_data_file(p, what="model config")
     return model_from_config(cfg, id=str(cfg.get("id") or p.stem), where=str(p))
 
 

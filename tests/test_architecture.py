@@ -14,7 +14,13 @@ from pathlib import Path
 from tests.conftest import REPO
 
 PACKAGES = ("perfmodel", "hardware", "solvers", "reports", "cli")
-BASE = {"perfmodel.units", "perfmodel.dtypes", "perfmodel.errors", "perfmodel"}
+BASE = {
+    "perfmodel.units",
+    "perfmodel.dtypes",
+    "perfmodel.errors",
+    "perfmodel.datafile",
+    "perfmodel",
+}
 
 # Device rates may be read only where latencies are computed (the cost layer) or shown.
 RATE_ATTRS = {
@@ -90,7 +96,9 @@ def _modules_after(code: str) -> set[str]:
 
 
 def test_base_imports_nothing_heavy() -> None:
-    mods = _modules_after("import perfmodel.units, perfmodel.dtypes, perfmodel.errors")
+    mods = _modules_after(
+        "import perfmodel.units, perfmodel.dtypes, perfmodel.errors, perfmodel.datafile"
+    )
     assert "numpy" not in mods
 
 
