@@ -227,7 +227,8 @@ def poisson_iteration_s(
 
     ``r = prompts_per_step`` prompts start per iteration; their chunks (of
     ``min(C, B − ⌈n_d⌉)`` tokens) arrive ``K ~ Poisson(r·E[chunks])`` per iteration, each
-    drawn from the chunk distribution of the prompt atoms, next to ``n_d`` decodes:
+    drawn from the chunk distribution of the prompt atoms, next to ``Poisson(n_d)`` decodes
+    (the M/G/∞ occupancy of the decode stage):
     ``b̄ = E_K[t(n_d decodes + K chunks)]``, a numerical integral over ``samples``
     iterations: ``K`` at the Poisson mid-quantiles and the chunks at the mid-quantiles of
     their distribution, grouped into iterations by a permutation with a fixed ``seed``
@@ -264,12 +265,18 @@ def poisson_iteration_s(
         return np.bincount(where, weights=x, minlength=samples).astype(np.float64)
 
     ctx_per_seq = m.decode_context_tokens / max(m.decode_steps, 1e-12)
+    # decoding requests per iteration: the occupancy of the decode stage fed by a Poisson
+    # stream of prompts is Poisson(n_d) (M/G/∞), at its mid-quantiles; a fixed n_d would
+    # put every iteration on the same side of a GEMM row-tile boundary, so the mean step
+    # time (and μ) would jump as n_d crosses 128·j
+    n_dec = stats.poisson.ppf((np.arange(samples) + 0.5) / samples, decode_seqs)
+    n_dec = np.minimum(np.random.default_rng(seed + 1).permutation(n_dec), max_batched_tokens - 1)
     batch = Batch(
         prefill_tokens=per_iteration(c),
         prefill_seqs=k.astype(np.float64),
         prefill_pairs=per_iteration(c * ctx + c * (c + 1) / 2),
         prefill_kv_read=per_iteration(ctx + c),
-        decode_seqs=np.full(samples, decode_seqs),
-        decode_context=np.full(samples, decode_seqs * ctx_per_seq),
+        decode_seqs=n_dec,
+        decode_context=n_dec * ctx_per_seq,
     )
     return float(step_time(model, device, batch, plan=plan).total_s.mean())

@@ -128,13 +128,9 @@ def test_more_expert_cache_never_slows_the_engine(qwen: CacheBudgetSpec) -> None
     assert lat.ttft_quantile_s(0.5) > lat.prefill_fetch_s > lat.fetch_s > 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="queueing.service_rate costs the memory-bound iteration at a fixed decode count "
-    "n_d = r·E[o−1]; the roofline's 128-row GEMM tiles make b̄ jump when n_d crosses 256 "
-    "(llama-3.1-8b, a100-40gb, chat: μ 8.578 -> 8.428 req/s from M = 340,000 to 345,000)",
-)
 def test_more_kv_never_lowers_mu_by_more_than_one_percent() -> None:
+    """Once b̄ was costed at a fixed decode count n_d, μ fell 1.75 % as n_d crossed a
+    128-row GEMM tile (M 340k -> 345k here); the decode count is now Poisson(n_d)."""
     m, d, w = load_model("llama-3.1-8b"), load_device("a100-40gb"), preset("chat")
     mus = [
         service_rate(m, d, ParallelPlan(), w, kv_capacity_tokens=kv).rate_per_s

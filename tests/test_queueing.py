@@ -144,8 +144,9 @@ def test_model_that_does_not_fit() -> None:
 
 
 def test_poisson_iteration_hand_checked() -> None:
-    """Fixed 1,000-token prompts, r = 0.5 per iteration: b̄ = Σ_k P(k)·t(n_d decodes + k
-    prompts) with K ~ Poisson(0.5) (each prompt one chunk, context 0)."""
+    """Fixed 1,000-token prompts, r = 0.5 per iteration: b̄ = Σ_k Σ_j P(k)·P(j)·t(j decodes
+    + k prompts) with K ~ Poisson(0.5) (each prompt one chunk, context 0) and the decode
+    count J ~ Poisson(n_d) independent of K."""
     from scipy import stats
 
     from perfmodel.servemix import poisson_iteration_s, request_moments
@@ -158,10 +159,11 @@ def test_poisson_iteration_hand_checked() -> None:
         M8, H100, PLAN, np.array([1000.0]), np.array([1.0]), m,
         prompts_per_step=r, decode_seqs=n_d, max_batched_tokens=8192,
     )  # fmt: skip
-    k = np.arange(12.0)
+    k, j = (a.ravel() for a in np.meshgrid(np.arange(12.0), np.arange(121.0)))
     ctx = m.decode_context_tokens / m.decode_steps
-    b = Batch(1000 * k, k, k * 1000 * 1001 / 2, 1000 * k, np.full(12, n_d), np.full(12, n_d * ctx))
-    want = float(np.dot(stats.poisson.pmf(k, r), step_time(M8, H100, b).total_s))
+    b = Batch(1000 * k, k, k * 1000 * 1001 / 2, 1000 * k, j, j * ctx)
+    p = stats.poisson.pmf(k, r) * stats.poisson.pmf(j, n_d)
+    want = float(np.dot(p, step_time(M8, H100, b).total_s))
     assert got == pytest.approx(want, rel=2e-3)
     # lumps cost more than the mean batch here (a lone prompt makes the step compute-bound)
     mean_batch = Batch(*(np.array(v) for v in (500.0, 0.5, 250_250.0, 500.0, n_d, n_d * ctx)))
