@@ -28,6 +28,30 @@ TpotOpt = Annotated[float, typer.Option(help="TPOT target, ms.")]
 PctOpt = Annotated[float, typer.Option(help="SLO percentile (both TTFT and TPOT).")]
 DtypeOpt = Annotated[str, typer.Option(help="Weight/math dtype (bf16, fp16, fp8).")]
 KvOpt = Annotated[str, typer.Option(help="KV link: auto, scale-up or scale-out.")]
+PrefillProfOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="FILE|DEVICE:OP",
+        help="Calibrated prefill cost profile (TOML path or device:op; provenance op "
+        "<model>_prefill_tp<N>); repeat per TP. Only the TPs given are planned.",
+    ),
+]
+DecodeProfOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="FILE|DEVICE:OP",
+        help="Calibrated decode cost profile (TOML path or device:op; provenance op "
+        "<model>_decode_tp<N>); repeat per TP. Only the TPs given are planned.",
+    ),
+]
+KvCapOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        metavar="N|tpK=N",
+        help="Measured KV capacity of a decode instance, tokens: N (every TP) or tp<K>=N "
+        "(TP K); repeatable. Default: from memory_fit.",
+    ),
+]
 
 
 def _workload(workload: str | None, trace: Path | None) -> Any:
@@ -50,6 +74,52 @@ def _slo(ttft_ms: float, tpot_ms: float, percentile: float) -> Any:
         if not v > 0:
             raise fail(f"{name} must be a positive number of milliseconds, got {v}")
     return SLO(from_ms(ttft_ms), from_ms(tpot_ms), percentile=percentile)
+
+
+def _kv_capacities(specs: list[str] | None, device_id: str) -> dict[tuple[str, int], int] | None:
+    """``--decode-kv-capacity-tokens`` values by ``(device id, TP)``."""
+    from solvers.pd_plan import TP_CANDIDATES
+
+    if not specs:
+        return None
+    out: dict[tuple[str, int], int] = {}
+    for spec in specs:
+        tp_text, sep, n_text = spec.strip().partition("=")
+        if not sep:
+            tp_text, n_text = "", tp_text
+        try:
+            n = int(n_text.replace("_", "").replace(",", ""))
+            tps = [int(tp_text.removeprefix("tp"))] if sep else list(TP_CANDIDATES)
+        except ValueError:
+            raise fail(
+                f"--decode-kv-capacity-tokens takes N or tp<K>=N (e.g. tp1=66144), got {spec!r}"
+            ) from None
+        if n < 1 or min(tps) < 1:
+            raise fail(f"--decode-kv-capacity-tokens needs a positive TP and tokens, got {spec!r}")
+        out |= {(device_id, tp): n for tp in tps}
+    return out
+
+
+def _phase_profiles(
+    prefill: list[str] | None,
+    decode: list[str] | None,
+    *,
+    model_id: str,
+    prefill_device: str,
+    decode_device: str,
+    dtype: str,
+) -> Any:
+    """``--prefill-profile`` / ``--decode-profile`` as ``(phase, device id, TP) -> profile``."""
+    from perfmodel.pd_profiles import load_phase_profiles
+
+    if not prefill and not decode:
+        return None
+    out = load_phase_profiles(
+        prefill or [], phase="prefill", model_id=model_id, device_id=prefill_device, dtype=dtype
+    )
+    return out | load_phase_profiles(
+        decode or [], phase="decode", model_id=model_id, device_id=decode_device, dtype=dtype
+    )
 
 
 def _plan_text(p: Any) -> str:
@@ -115,6 +185,9 @@ def plan_cmd(
     kv_link: KvOpt = "auto",
     dtype: DtypeOpt = "bf16",
     baseline: Annotated[bool, typer.Option(help="Compare with colocated serving.")] = True,
+    prefill_profile: PrefillProfOpt = None,
+    decode_profile: DecodeProfOpt = None,
+    decode_kv_capacity_tokens: KvCapOpt = None,
     json_out: bool = JsonOpt,
 ) -> None:
     """Least-cost prefill/decode plan for a rate under TTFT and TPOT SLOs."""
@@ -135,6 +208,14 @@ def plan_cmd(
                 if not price > 0:
                     raise fail("prices per hour must be positive")
                 prices[dev.id] = price
+    profiles = _phase_profiles(
+        prefill_profile,
+        decode_profile,
+        model_id=m.id,
+        prefill_device=pdev.id,
+        decode_device=ddev.id,
+        dtype=dtype,
+    )
     p = plan_pd(
         m,
         w,
@@ -148,11 +229,18 @@ def plan_cmd(
         max_gpus=max_gpus,
         prices=prices,
         baseline=baseline,
+        profiles=profiles,
+        kv_capacity_tokens=_kv_capacities(decode_kv_capacity_tokens, ddev.id),
     )
     if json_out:
         echo_json(p.to_dict())
-    else:
-        typer.echo(_plan_text(p))
+        return
+    typer.echo(_plan_text(p))
+    if profiles and p.colocated is not None:
+        typer.echo(
+            "note: the disaggregated plan is costed by the given profiles, the colocated "
+            "baseline by the roofline (the queueing layer takes no calibrated profile)"
+        )
 
 
 def _floats(text: str, name: str, scale: float = 1.0) -> list[float]:

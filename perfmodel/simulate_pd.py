@@ -39,14 +39,9 @@ from numpy.typing import NDArray
 from perfmodel.batch import Batch
 from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec
-from perfmodel.pd_models import (
-    PhaseConfig,
-    decode_kv_capacity,
-    kv_link,
-    kv_transfer_time_s,
-    phase_time_s,
-    prefill_batch_tokens,
-)
+from perfmodel.pd_config import PhaseConfig, kv_link, kv_transfer_time_s, phase_time_s
+from perfmodel.pd_decode import decode_kv_capacity
+from perfmodel.pd_prefill import prefill_batch_tokens
 from perfmodel.simulate import Distribution
 from perfmodel.steptable import build_step_table
 from perfmodel.workload import SLO, LengthDistribution

@@ -14,12 +14,13 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from hardware.device import Link, load_device
-from hardware.maxaffine import MaxAffine, Provenance
+from hardware.maxaffine import MaxAffine
 from perfmodel.batch import Batch
 from perfmodel.errors import InfeasibleError
 from perfmodel.model import load_model
 from perfmodel.parallel import ParallelPlan
 from perfmodel.pd_models import PhaseConfig, PhaseGoodput, phase_time_s, planner_lengths
+from perfmodel.pd_profiles import load_phase_profiles
 from perfmodel.units import from_ms
 from perfmodel.workload import SLO, Workload, fixed_lengths
 from solvers.pd_plan import (
@@ -30,6 +31,7 @@ from solvers.pd_plan import (
     fluid_optimum,
     plan_pd,
 )
+from tests.conftest import REPO
 
 A100 = load_device("a100-sxm-80gb")
 OPT = load_model("opt-13b")
@@ -286,12 +288,16 @@ def test_slo_sweep_regions_and_boundary() -> None:
 _DS_DEV = "a100-sxm-80gb"
 
 
-def _ms(*v: float) -> list[float]:
-    return [from_ms(x) for x in v]
+_DS_FILES = REPO / "hardware" / "profiles" / "published"
+
+
+def _ds_file(phase: str, tp: int) -> str:
+    return str(_DS_FILES / f"{_DS_DEV}__opt-13b_{phase}_tp{tp}.toml")
 
 
 def distserve_opt13b_profiles() -> dict[tuple[str, str, int], MaxAffine]:
-    """DistServe's measured OPT-13B / A100-80GB cost profile as phase profiles.
+    """DistServe's measured OPT-13B / A100-80GB cost profile as phase profiles, loaded
+    from the shipped ``hardware/profiles/published/`` files (provenance in each file).
 
     Prefill ``a + b·Σl + c·Σl²`` (ms), one piece: formal_models.md §2.2, from
     ``simdistserve/estimators/profile_data/profiler-a100-80g.distserve.json``
@@ -299,40 +305,35 @@ def distserve_opt13b_profiles() -> dict[tuple[str, str, int], MaxAffine]:
     2.44957e-6). Decode ``a + b·Σ(ctx+1) + c·N`` (ms): formal_models §2.3 gives the form
     and two values (TP1, 32 × 512 context: 31.5 ms; 128 × 512: 65.5 ms) but not the
     coefficients; they are the same file's ``decoding_smallbs`` / ``decoding_largebs``
-    pieces (the stored copy of the file), which reproduce both quoted values
+    pieces, which reproduce both quoted values
     (:func:`test_distserve_decode_profile_matches_the_quoted_values`). DistServe switches
     piece at batch 95; a max-affine profile takes the larger piece (≤ 3 % above the
     switch for batches 95–161 at ShareGPT contexts, equal elsewhere).
     """
-    pre = {1: (18.1025, 0.101912, 7.12226e-6), 2: (14.7430, 0.0685772, 2.44957e-6)}
-    dec = {
-        1: (
-            (19.934702624895458, 6.269356524350583e-4, 0.03850697740828398),
-            (7.1661889468253595, 5.798000403396046e-4, 0.15831096191764046),
-        ),
-        2: (
-            (13.294796350285385, 3.4109219700723494e-4, 0.06296393225243659),
-            (10.638741913126715, 3.1183369638295723e-4, 0.08562913604102729),
-        ),
-    }
-    prov = Provenance(_DS_DEV, "opt-13b", dtype="fp16", source="DistServe profiler-a100-80g")
     out: dict[tuple[str, str, int], MaxAffine] = {}
-    for tp, (a, b, c) in pre.items():
-        out[("prefill", _DS_DEV, tp)] = MaxAffine(
-            ("prefill_tokens", "prefill_tokens_sq"),
-            np.array(_ms(a)),
-            np.array([_ms(b, c)]),
-            prov,
-        )
-    for tp, pieces in dec.items():
-        out[("decode", _DS_DEV, tp)] = MaxAffine(
-            ("decode_tokens", "decode_seqs"),
-            np.array([from_ms(p[0]) for p in pieces]),
-            np.array([_ms(p[1], p[2]) for p in pieces]),
-            prov,
-            ("small batch", "large batch"),
+    for phase in ("prefill", "decode"):
+        out |= load_phase_profiles(
+            [_ds_file(phase, 1), _ds_file(phase, 2)],
+            phase=phase,
+            model_id="opt-13b",
+            device_id=_DS_DEV,
+            dtype="fp16",
         )
     return out
+
+
+def test_published_profiles_hold_the_published_coefficients() -> None:
+    """The files store formal_models §2.2's prefill coefficients (ms -> s) exactly."""
+    p = distserve_opt13b_profiles()
+    for tp, abc in {
+        1: (18.1025, 0.101912, 7.12226e-6),
+        2: (14.7430, 0.0685772, 2.44957e-6),
+    }.items():
+        prof = p[("prefill", _DS_DEV, tp)]
+        assert prof.features == ("prefill_tokens", "prefill_tokens_sq")
+        got = [prof.intercepts_s[0], *prof.slopes[0]]
+        assert got == pytest.approx([from_ms(v) for v in abc], rel=1e-12)
+        assert prof.provenance.source.startswith("DistServe simdistserve profile")
 
 
 def test_distserve_decode_profile_matches_the_quoted_values() -> None:
@@ -398,3 +399,58 @@ def test_distserve_example_with_distserve_profile() -> None:
         tp_candidates=(1, 2),
     )
     assert distserve_unit_search(rough, gpus_per_node=4).tp_decode == 2
+
+
+def _ds_cli(*extra: str) -> list[str]:
+    args = ["pd", "plan", "--model", "opt-13b", "--hardware", _DS_DEV, "--workload", "sharegpt"]
+    args += ["--ttft-slo-ms", "200", "--tpot-slo-ms", "100", "--dtype", "fp16", "--no-baseline"]
+    return args + list(extra)
+
+
+def test_cli_plan_with_distserve_profiles_reproduces_tp2_tp1() -> None:
+    """``pd plan`` with the shipped DistServe profiles and measured KV capacities (TP1
+    66,144, TP2 163,008 tokens, formal_models §2.3) picks DistServe's placement, prefill
+    TP2 + decode TP1, one of each, at 4.68 req/s = the published 1.56 req/s/GPU × 3 GPUs;
+    the model's goodput per GPU is within 20 % of the published figure."""
+    files = [
+        f
+        for ph in ("prefill", "decode")
+        for tp in (1, 2)
+        for f in (f"--{ph}-profile", _ds_file(ph, tp))
+    ]
+    kv = ["--decode-kv-capacity-tokens", "tp1=66144", "--decode-kv-capacity-tokens", "tp2=163008"]
+    r = CliRunner().invoke(app, _ds_cli("--rate-per-s", "4.68", *files, *kv, "--json"))
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert [(a["tp"], a["instances"]) for a in d["prefill"]] == [(2, 1)]
+    assert [(a["tp"], a["instances"]) for a in d["decode"]] == [(1, 1)]
+    assert d["gpus"] == 3 and d["binding"] == "decode_goodput"
+    assert d["goodput_per_gpu"] == pytest.approx(1.56, rel=0.20)
+    rough = json.loads(CliRunner().invoke(app, _ds_cli("--rate-per-s", "4.68", "--json")).output)
+    # the profiles are used: DistServe's measured A100 prefill is slower than the roofline's
+    p_cal, p_roof = (x["prefill"][0]["goodput_per_instance_per_s"] for x in (d, rough))
+    assert p_cal < 0.8 * p_roof
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (
+            ["--prefill-profile", "a100-sxm-80gb:gemm_bf16"],
+            "a prefill profile uses prefill_tokens, prefill_tokens_sq, prefill_seqs",
+        ),
+        (["--decode-profile", _ds_file("prefill", 1)], "are not decode features"),
+        (["--dtype", "bf16", "--prefill-profile", _ds_file("prefill", 2)], "pass --dtype fp16"),
+        (["--hardware", "h100-sxm", "--prefill-profile", _ds_file("prefill", 2)], "not 'h100-sxm'"),
+        (
+            ["--model", "llama-3.1-8b", "--prefill-profile", _ds_file("prefill", 2)],
+            "not 'llama-3.1-8b'",
+        ),
+        (["--decode-kv-capacity-tokens", "tp1=lots"], "takes N or tp<K>=N"),
+        (["--prefill-profile", _ds_file("prefill", 2)] * 2, "two prefill profiles for TP2"),
+    ],
+)
+def test_cli_profile_errors_are_one_line(extra: list[str], message: str) -> None:
+    r = CliRunner().invoke(app, _ds_cli("--rate-per-s", "4", *extra))
+    assert r.exit_code == 2, r.output
+    assert message in r.output and len(r.output.strip().splitlines()) == 1
