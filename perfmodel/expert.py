@@ -64,8 +64,11 @@ def derived_expert_profile(
     w = get_dtype(weight_dtype).bytes
     expert_bytes = mats * hidden * inter * w
     flops_per_token = 2.0 * mats * hidden * inter
-    b = expert_bytes / prof.byte_rate
-    beta = flops_per_token / prof.flop_rate(act_dtype)
+    # slopes: the roofline's own memory time of one expert's weights and compute time of
+    # one token through one expert
+    per_g = prof.times(0.0, expert_bytes, dtype=act_dtype)
+    per_n = prof.times(flops_per_token, 0.0, dtype=act_dtype)
+    b, beta = float(per_g.memory_s), float(per_n.compute_s)
     ov = prof.overhead_s
     return MaxAffine(
         features=EXPERT_FEATURES,
