@@ -30,6 +30,7 @@ from numpy.typing import NDArray
 
 from hardware.roofline import gemm_flops_bytes, padded_rows
 from perfmodel.batch import Batch
+from perfmodel.hitrate import distinct_experts_uniform
 from perfmodel.model import ModelSpec
 from perfmodel.parallel import ParallelPlan
 
@@ -147,7 +148,7 @@ def mlp_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op]:
         E, k = moe.num_experts, moe.top_k
         inter = moe.expert_intermediate / t
         ops.append(_gemm("router", T, E, h, plan, nm))
-        active = E * (1.0 - (1.0 - k / E) ** T)
+        active = distinct_experts_uniform(E, k, T)
         rows = T * k
         per_expert = np.where(active > 0, rows / np.maximum(active, 1e-12), 0.0)
         padded = active * padded_rows(per_expert)

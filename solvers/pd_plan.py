@@ -3,20 +3,8 @@
 1. **Enumerate** per-phase configurations: device type × TP (× decode batch cap). Each
    prefill configuration is evaluated against every decode *class* (device, TP), since
    the KV transfer in its TTFT depends on the receiver (``perfmodel.pd_models``).
-2. **MILP** (PuLP, HiGHS): pick exactly one decode class ``c`` (binary ``z_c``) and
-   integer instance counts ``n_{k,c}`` (prefill) and ``m_j`` (decode)::
-
-       min  Σ cost_k·n_{k,c} + Σ cost_j·m_j               (GPUs, or $/h with prices)
-       s.t. Σ g_{k,c}·n_{k,c} ≥ λ                          prefill TTFT goodput
-            Σ g_j·m_j ≥ λ                                  decode TPOT goodput
-            Σ e_{k,c}·n_{k,c} ≥ λ                          KV egress of the prefill links
-            Σ i_j·m_j ≥ λ                                  KV ingress of the decode links
-            Σ gpus·(n + m) ≤ G_max                         optional GPU limit
-            n_{k,c} ≤ U·z_c,  m_j ≤ U·z_{c(j)},  Σ z_c = 1
-
-   with ``g`` the per-instance goodput at the SLO percentile, ``e = 1/E[X]`` and
-   ``i = 1/E[X_recv]`` the link capacities in requests/s. A tiny tie-break prefers the
-   plan with the most spare goodput among equal-cost ones.
+2. **MILP** over integer instance counts at least cost under both goodputs, the KV
+   link capacities and an optional GPU limit: formulated in ``solvers.pd_milp``.
 3. **Colocated baseline**: the best goodput per GPU of the same device(s) serving both
    phases with chunked prefill (``perfmodel.queueing``), under the same SLO criterion.
    Compared like with like: ``gain`` at the plan's rate (whole instances on both
