@@ -34,6 +34,7 @@ from hardware.fit import (  # noqa: E402
     read_measurements,
 )
 from hardware.maxaffine import GEMM_FEATURES, MaxAffine, gemm_features  # noqa: E402
+from hardware.residual import build_surface  # noqa: E402
 from hardware.roofline import gemm_flops_bytes  # noqa: E402
 from perfmodel.expert import (  # noqa: E402
     MOE_LAYER_FEATURES,
@@ -69,10 +70,18 @@ def speed() -> None:
     t3 = time.perf_counter()
     true(P)
     t4 = time.perf_counter()
+    # The same profile with the residual surface of the 100,000 fitted rows, evaluated on
+    # 1,000,000 points drawn like them (every point near the data: the worst case).
+    surf = true.with_residual(build_surface(X, y, true(X)))
+    Pn = np.exp(rng.uniform(np.log(10), np.log(1e5), size=(1_000_000, 2)))
+    t5 = time.perf_counter()
+    surf(Pn)
+    t6 = time.perf_counter()
     print("## speed")
     print(f"fit 100,000 rows, K=3 fixed:               {t1 - t0:6.2f} s")
     print(f"fit 100,000 rows, K chosen by 4-fold CV:   {t2 - t1:6.2f} s")
     print(f"evaluate 3-piece profile on 1,000,000 pts: {t4 - t3:6.3f} s")
+    print(f"  ... with a 100,000-row residual surface:  {t6 - t5:6.3f} s (all points near data)")
 
 
 def _buckets(m: np.ndarray, pred: np.ndarray, y: np.ndarray) -> list[float]:
@@ -87,13 +96,20 @@ def gemm_accuracy(dev_file: str, dev_id: str) -> None:
     y = d.time_s
     test = group_folds(n * 1e6 + k, 4, seed=0) == 0
     X = gemm_features(m, n, k)
-    res = fit_profile(X[~test], y[~test], features=GEMM_FEATURES, groups=(n * 1e6 + k)[~test])
+    res = fit_profile(
+        X[~test], y[~test], features=GEMM_FEATURES, groups=(n * 1e6 + k)[~test], residual=True
+    )
     aff = fit_max_affine(X[~test], y[~test], pieces=1, features=GEMM_FEATURES)
     f, b = gemm_flops_bytes(m, n, k, act_bytes=2.0)
     rl = calibrate_roofline(load_device(dev_id), f[~test], b[~test], y[~test])
+    rl_t = rl.time_s(f, b, dtype="bf16")
+    # The same residual surface on top of the roofline: how much the pieces still matter.
+    rl_surf = build_surface(X[~test], y[~test], rl_t[~test])
     rows = {
-        f"max-affine (K={res.pieces})": res.profile(X),
-        "calibrated roofline": rl.time_s(f, b, dtype="bf16"),
+        f"max-affine (K={res.pieces})": res.profile.pure()(X),
+        "max-affine + residual": res.profile(X),
+        "calibrated roofline": rl_t,
+        "roofline + residual": rl_t * np.exp(rl_surf.log_correction(X)),
         "best single affine": aff(X),
     }
     print(
@@ -104,6 +120,7 @@ def gemm_accuracy(dev_file: str, dev_id: str) -> None:
         f"roofline fit: eff_compute {rl.eff_compute:.3f}, eff_memory {rl.eff_memory:.3f}, "
         f"overhead {rl.overhead_s * 1e6:.2f} us; CV MdAPE by K: "
         + ", ".join(f"{K}:{e:.2f}" for K, e in res.cv_mdape_pct_by_pieces.items())
+        + f"; with residual surface (CV on training shapes): {res.residual_heldout_mdape_pct:.2f}"
     )
     print(
         f"{'model':24s} {'train':>6s} {'held':>6s}   "

@@ -112,6 +112,14 @@ def fit_cmd(
     op: Annotated[str, typer.Option(help="Op name stored in the profile.")] = "op",
     dtype: Annotated[str, typer.Option(help="Math dtype of the measurements.")] = "bf16",
     seed: Annotated[int, typer.Option(help="Seed of the restarts and folds.")] = 0,
+    residual: Annotated[
+        bool,
+        typer.Option(
+            help="Also store the measured residual surface: predictions near the measured "
+            "rows are corrected by their nearest neighbours' log-ratio (the file then holds "
+            "one row per measurement; pieces and crossovers are unchanged)."
+        ),
+    ] = False,
     force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
     json_out: bool = JsonOpt,
 ) -> None:
@@ -134,10 +142,11 @@ def fit_cmd(
         if missing:
             raise SpecError(f"--group-cols: no column(s) {missing} in {data}")
         groups = np.array(["|".join(v) for v in zip(*(meas.columns[c] for c in cols), strict=True)])
-    with _progress(fit_steps(pieces=pieces), "fitting") as step:
+    with _progress(fit_steps(pieces=pieces, residual=residual), "fitting") as step:
         res = fit_profile(
             X, meas.time_s, features=names, groups=groups, pieces=pieces, seed=seed,
             device=dev.id, op=op, dtype=dtype, source=data.name, progress=step,
+            residual=residual,
         )  # fmt: skip
     write_atomic(out, profile_to_toml(res.profile), force=force)
     summary = {
@@ -147,6 +156,8 @@ def fit_cmd(
         "pieces": res.pieces,
         "train_mdape_pct": res.train_mdape_pct,
         "heldout_mdape_pct": res.heldout_mdape_pct,
+        "residual_train_mdape_pct": res.residual_train_mdape_pct,
+        "residual_heldout_mdape_pct": res.residual_heldout_mdape_pct,
         "cv_mdape_pct_by_pieces": {str(k): v for k, v in res.cv_mdape_pct_by_pieces.items()},
         "profile": profile_summary(res.profile),
     }
@@ -158,6 +169,21 @@ def fit_cmd(
         f"fitted {res.pieces} piece(s) to {res.rows} rows ({res.groups} groups) on {dev.id}: "
         f"train MdAPE {res.train_mdape_pct:.2f}%, held-out {held}; wrote {out}"
     )
+    if res.residual_heldout_mdape_pct is not None:
+        typer.echo(
+            f"with the residual surface ({res.profile.residual.rows if res.profile.residual else 0}"
+            f" rows): train MdAPE {res.residual_train_mdape_pct:.2f}%, held-out "
+            f"{res.residual_heldout_mdape_pct:.2f}%"
+        )
+        if (
+            res.heldout_mdape_pct is not None
+            and res.residual_heldout_mdape_pct >= res.heldout_mdape_pct
+        ):
+            typer.echo(
+                "note: the residual surface does not lower the held-out error here (the "
+                "max-affine form already fits, or the rows are too sparse for neighbours "
+                "to agree); fit without --residual"
+            )
 
 
 @app.command("show")
@@ -186,6 +212,13 @@ def show_cmd(
     if p.train_mape is not None:
         held = "n/a" if p.heldout_mape is None else f"{p.heldout_mape:.2f}%"
         typer.echo(f"MdAPE train {p.train_mape:.2f}%, held-out {held}")
+    if prof.residual is not None:
+        rh = "n/a" if p.residual_heldout_mape is None else f"{p.residual_heldout_mape:.2f}%"
+        typer.echo(
+            f"residual surface: {prof.residual.rows} measured rows, {prof.residual.neighbours} "
+            f"neighbours, fades out beyond {prof.residual.radius:.3g} (std. log units); "
+            f"held-out MdAPE with it {rh}"
+        )
     rows = [
         [prof.piece_names[k] if prof.piece_names else str(k), prof.intercepts_s[k] * US_PER_S]
         + [float(v) for v in prof.slopes[k]]

@@ -30,6 +30,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from hardware.maxaffine import MaxAffine, Provenance
+from hardware.residual import DEFAULT_NEIGHBOURS, build_surface
 from perfmodel.errors import SpecError
 from perfmodel.units import S_PER_MS, S_PER_NS, S_PER_US
 
@@ -59,6 +60,9 @@ class FitResult:
     rows: int = 0
     groups: int = 0
     seed: int = 0
+    #: With ``residual=True``: errors of the profile with its residual surface.
+    residual_train_mdape_pct: float | None = None
+    residual_heldout_mdape_pct: float | None = None
 
 
 def mdape_pct(pred: ArrayLike, y: ArrayLike) -> float:
@@ -248,10 +252,16 @@ def group_folds(groups: ArrayLike, folds: int, *, seed: int) -> NDArray[np.intp]
 
 
 def fit_steps(
-    *, pieces: int | None, max_pieces: int = DEFAULT_MAX_PIECES, folds: int = DEFAULT_FOLDS
+    *,
+    pieces: int | None,
+    max_pieces: int = DEFAULT_MAX_PIECES,
+    folds: int = DEFAULT_FOLDS,
+    residual: bool = False,
 ) -> int:
     """Number of ``progress(1)`` calls :func:`fit_profile` makes (one per fit)."""
-    return 1 if pieces is not None else max_pieces * folds + 1
+    if pieces is None:
+        return max_pieces * folds + 1
+    return 1 + (folds if residual else 0)
 
 
 def fit_profile(
@@ -271,6 +281,8 @@ def fit_profile(
     notes: str = "",
     holdout: ArrayLike | None = None,
     progress: Callable[[int], None] | None = None,
+    residual: bool = False,
+    neighbours: int = DEFAULT_NEIGHBOURS,
 ) -> FitResult:
     """Fit a profile, choosing ``pieces`` by grouped cross-validation when not given.
 
@@ -279,6 +291,12 @@ def fit_profile(
     is ``heldout_mdape_pct``. Without it, the held-out error is the cross-validated error
     of the chosen number of pieces. ``progress(1)`` is called after each of the
     :func:`fit_steps` fits.
+
+    ``residual=True`` attaches the measured residual surface of the training rows
+    (:mod:`hardware.residual`); ``residual_heldout_mdape_pct`` is its error on the
+    ``holdout`` rows, or else cross-validated: per fold, pieces and surface from the other
+    folds only (with ``pieces`` given, the pure pieces' error is cross-validated the same
+    way and reported as ``heldout_mdape_pct``).
     """
     Xa, ya = _check_xy(X, y)
     n = len(ya)
@@ -288,24 +306,32 @@ def fit_profile(
     test = np.zeros(n, dtype=bool) if holdout is None else np.asarray(holdout, dtype=bool)
     train = np.flatnonzero(~test)
     cv: dict[int, float] = {}
+    fold = group_folds(g[train], folds, seed=seed) if (pieces is None or residual) else None
+    fold_fits: dict[int, list[tuple[NDArray[np.intp], MaxAffine]]] = {}
+
+    def cv_fits(K: int) -> list[tuple[NDArray[np.intp], MaxAffine]]:
+        """Per fold: the held-out rows and the K-piece profile fitted without them."""
+        assert fold is not None
+        out = []
+        for f in range(folds):
+            tr, te = train[fold != f], train[fold == f]
+            if progress is not None:
+                progress(1)
+            if len(tr) < K * (Xa.shape[1] + 1):
+                continue
+            p = fit_max_affine(
+                Xa[tr], ya[tr], pieces=K, features=features, seed=seed + K + 7 * f,
+                restarts=CV_RESTARTS, max_rows=MAX_CV_ROWS,
+            )  # fmt: skip
+            out.append((te, p))
+        fold_fits[K] = out
+        return out
+
     if pieces is None:
-        fold = group_folds(g[train], folds, seed=seed)
         for K in range(1, max_pieces + 1):
-            errs = []
-            for f in range(folds):
-                tr = train[fold != f]
-                te = train[fold == f]
-                if progress is not None:
-                    progress(1)
-                if len(tr) < K * (Xa.shape[1] + 1):
-                    continue
-                prof = fit_max_affine(
-                    Xa[tr], ya[tr], pieces=K, features=features, seed=seed + K + 7 * f,
-                    restarts=CV_RESTARTS, max_rows=MAX_CV_ROWS,
-                )  # fmt: skip
-                errs.append(mdape_pct(prof(Xa[te]), ya[te]))
-            if errs:
-                cv[K] = float(np.mean(errs))
+            fits = cv_fits(K)
+            if fits:
+                cv[K] = float(np.mean([mdape_pct(p(Xa[te]), ya[te]) for te, p in fits]))
         if not cv:
             raise SpecError("too few rows to fit even one piece; give more data")
         best = min(cv.values())
@@ -314,8 +340,30 @@ def fit_profile(
     if progress is not None:
         progress(1)
     train_err = mdape_pct(prof(Xa[train]), ya[train])
+    res_train: float | None = None
+    res_held: float | None = None
+    if residual and not test.any():
+        # Cross-validated like the pieces: each fold's surface is built from the rows (and
+        # the pieces) of the other folds only, and compared with those pieces alone.
+        fits = fold_fits[pieces] if pieces in fold_fits else cv_fits(pieces)
+        pure_errs, res_errs = [], []
+        for te, p in fits:
+            tr = np.setdiff1d(train, te)
+            s_f = build_surface(Xa[tr], ya[tr], p(Xa[tr]), neighbours=neighbours)
+            pt = p(Xa[te])
+            pure_errs.append(mdape_pct(pt, ya[te]))
+            res_errs.append(mdape_pct(pt * np.exp(s_f.log_correction(Xa[te])), ya[te]))
+        if res_errs:
+            res_held = float(np.mean(res_errs))
+            cv.setdefault(pieces, float(np.mean(pure_errs)))
+    if residual:
+        surf = build_surface(Xa[train], ya[train], prof(Xa[train]), neighbours=neighbours)
+        prof = prof.with_residual(surf)
+        res_train = mdape_pct(prof(Xa[train]), ya[train])
+        if test.any():
+            res_held = mdape_pct(prof(Xa[test]), ya[test])
     if test.any():
-        held: float | None = mdape_pct(prof(Xa[test]), ya[test])
+        held: float | None = mdape_pct(prof.pure()(Xa[test]), ya[test])
     else:
         held = cv.get(pieces)
     prov = Provenance(
@@ -326,9 +374,16 @@ def fit_profile(
         rows=len(train),
         train_mape=train_err,
         heldout_mape=held,
-        notes=notes or f"max-affine, {prof.pieces} piece(s), MdAPE in percent, seed {seed}",
+        residual_heldout_mape=res_held,
+        notes=notes
+        or (
+            f"max-affine, {prof.pieces} piece(s), MdAPE in percent, seed {seed}"
+            + (f"; residual surface of {len(train)} rows" if residual else "")
+        ),
     )
     return FitResult(
+        residual_train_mdape_pct=res_train,
+        residual_heldout_mdape_pct=res_held,
         profile=prof.with_provenance(prov),
         pieces=prof.pieces,
         train_mdape_pct=train_err,

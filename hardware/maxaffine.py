@@ -8,7 +8,7 @@ time follows the weights streamed, above it the tokens computed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -18,6 +18,7 @@ from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
 
 if TYPE_CHECKING:
+    from hardware.residual import ResidualSurface
     from hardware.roofline import Roofline
 
 GEMM_TILE_ROWS = 128
@@ -42,6 +43,8 @@ class Provenance:
     rows: int = 0
     train_mape: float | None = None
     heldout_mape: float | None = None
+    #: Held-out MdAPE (percent) with the residual surface, when the profile carries one.
+    residual_heldout_mape: float | None = None
     notes: str = ""
 
 
@@ -54,6 +57,9 @@ class MaxAffine:
     slopes: NDArray[np.float64]  # shape (K, F), seconds per unit of each feature
     provenance: Provenance = field(default_factory=lambda: Provenance("?", "?"))
     piece_names: tuple[str, ...] = ()
+    #: Measured corrections (``hardware.residual``): when present, ``__call__`` returns
+    #: ``max_k(...) · exp(c(x))``; pieces, regimes and crossovers stay the pure form.
+    residual: ResidualSurface | None = None
 
     def __post_init__(self) -> None:
         a = np.asarray(self.intercepts_s, dtype=np.float64).reshape(-1)
@@ -73,6 +79,11 @@ class MaxAffine:
         object.__setattr__(self, "slopes", b)
         if self.piece_names and len(self.piece_names) != len(a):
             raise SpecError("max-affine profile: one name per piece")
+        if self.residual is not None and len(self.residual.used) != len(self.features):
+            raise SpecError(
+                f"max-affine profile: residual surface has {len(self.residual.used)} "
+                f"feature(s), the profile {len(self.features)}"
+            )
 
     @property
     def pieces(self) -> int:
@@ -101,9 +112,24 @@ class MaxAffine:
         """Seconds at the given features (a matrix ``x`` of shape (..., F) or keywords).
 
         Evaluated piece by piece with a running maximum over contiguous feature columns
-        (no (rows, K) temporary, zero slopes skipped): ~10 ns per point and piece.
+        (no (rows, K) temporary, zero slopes skipped): ~10 ns per point and piece. With a
+        residual surface, times are corrected near the measurements (a k-d tree lookup,
+        ~1 µs per point).
         """
         X = self._matrix(x, kw)
+        out = self._max_affine(X)
+        if self.residual is not None:
+            out = out * np.exp(self.residual.log_correction(X))
+        return out
+
+    def pure(self) -> MaxAffine:
+        """The profile without its residual surface."""
+        return replace(self, residual=None)
+
+    def with_residual(self, residual: ResidualSurface | None) -> MaxAffine:
+        return replace(self, residual=residual)
+
+    def _max_affine(self, X: NDArray[np.float64]) -> NDArray[np.float64]:
         shape = X.shape[:-1]
         cols = np.ascontiguousarray(np.moveaxis(X, -1, 0).reshape(X.shape[-1], -1))
         out = np.full(cols.shape[1], -np.inf)
@@ -120,9 +146,7 @@ class MaxAffine:
 
     def with_provenance(self, provenance: Provenance) -> MaxAffine:
         """The same pieces with another provenance record."""
-        return MaxAffine(
-            self.features, self.intercepts_s, self.slopes, provenance, self.piece_names
-        )
+        return replace(self, provenance=provenance)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -131,6 +155,7 @@ class MaxAffine:
             "intercepts_s": self.intercepts_s.tolist(),
             "slopes": self.slopes.tolist(),
             "provenance": dict(vars(self.provenance)),
+            "residual": None if self.residual is None else self.residual.summary(),
         }
 
 

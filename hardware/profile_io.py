@@ -10,6 +10,14 @@ path instead. File format (SI units: seconds, seconds per unit of each feature):
     slopes = [[1.5e-15, 0.0, 0.0, 0.0],      # one row per piece, one column per feature
               [0.0, 7.4e-13, 7.4e-13, 0.0]]
 
+    [residual]                               # optional: measured corrections,
+    neighbours = 4                           # see hardware.residual
+    radius = 0.31
+    used = [true, true, true, true, true]
+    offset = [...]; centre = [...]; scale = [...]
+    points = [[...], ...]                    # standardized log features of the rows
+    log_ratio = [...]                        # log(measured / max-affine) per row
+
     [provenance]
     device = "h100-sxm"
     op = "gemm_bf16"
@@ -32,10 +40,14 @@ from typing import Any
 import numpy as np
 
 from hardware.maxaffine import MaxAffine, Provenance
+from hardware.residual import ResidualSurface
 from perfmodel.datafile import read_data_file
 from perfmodel.errors import SpecError
 
-PROVENANCE_FIELDS = ("device", "op", "dtype", "source", "rows", "train_mape", "heldout_mape")
+PROVENANCE_FIELDS = (
+    "device", "op", "dtype", "source", "rows", "train_mape", "heldout_mape",
+    "residual_heldout_mape",
+)  # fmt: skip
 
 
 def _toml_value(v: Any) -> str:
@@ -70,6 +82,14 @@ def profile_to_toml(profile: MaxAffine) -> str:
         if v is None:
             continue  # TOML has no null: an absent error means "not measured"
         lines.append(f"{k} = {_toml_value(v)}")
+    if profile.residual is not None:
+        lines += ["", "[residual]"]
+        for k, v in profile.residual.to_dict().items():
+            if k == "points":
+                body = ",\n  ".join(_toml_value(r) for r in v)
+                lines.append(f"points = [\n  {body},\n]" if v else "points = []")
+            else:
+                lines.append(f"{k} = {_toml_value(v)}")
     return "\n".join(lines) + "\n"
 
 
@@ -86,12 +106,18 @@ def profile_from_dict(data: dict[str, Any], *, where: str) -> MaxAffine:
     if extra:
         raise SpecError(f"{where}: unknown [provenance] field(s) {sorted(extra)}")
     try:
+        residual = None
+        if "residual" in data:
+            if not isinstance(data["residual"], dict):
+                raise SpecError("[residual] must be a table")
+            residual = ResidualSurface.from_dict(data["residual"])
         return MaxAffine(
             features=tuple(str(f) for f in data["features"]),
             intercepts_s=np.asarray(data["intercepts_s"], dtype=np.float64),
             slopes=np.asarray(data["slopes"], dtype=np.float64),
             provenance=Provenance(**prov),
             piece_names=tuple(str(p) for p in data.get("piece_names", ())),
+            residual=residual,
         )
     except (TypeError, ValueError) as e:
         if isinstance(e, SpecError):

@@ -124,9 +124,11 @@ def _gemm_subset(name: str, shapes: int):
 
 
 BUCKETS = ((1, 64), (64, 512), (512, 4096), (4096, np.inf))
-#: Held-out MdAPE bound per device (percent). Issue 3 asks for <= 5 %; H100 meets it, the
-#: A100 does not (full data: 6.4 %, bench_profile_fit.py), so its bound is the measured
-#: figure plus noise margin; the gap is open.
+#: Held-out MdAPE bound of the *pure* max-affine form per device (percent). H100 meets
+#: issue 3's 5 %; the A100's pure form cannot (full data: 6.4 %; no global form gets below
+#: ~5.1 %, benchmarks/explore_gemm_forms.py), so its bound is the measured figure plus
+#: noise margin. The fitted profile with its residual surface meets 5 % on both GPUs
+#: (tests/test_residual.py).
 GEMM_BOUND_PCT = {"h100_sxm__gemm.csv": 5.0, "a100_sxm__gemm.csv": 7.0}
 #: Pieces chosen by grouped cross-validation on the full training shapes (bench).
 GEMM_PIECES = {"h100_sxm__gemm.csv": 4, "a100_sxm__gemm.csv": 3}

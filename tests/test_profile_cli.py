@@ -168,3 +168,24 @@ def test_fit_moe_preset_recovers_the_weight_streaming_slope(moe_csv, tmp_path) -
     assert d["train_mdape_pct"] < 0.5  # exact data: the fit reproduces it
     assert d["profile"]["intercepts_s"][0] == pytest.approx(20e-6, rel=0.02)
     assert d["profile"]["slopes"][0][0] == pytest.approx(1e-12, rel=0.02)
+
+
+def test_fit_with_residual_surface_writes_and_shows_it(gemm_csv, tmp_path) -> None:
+    """The surface is written, loaded and shown; on data the 2-piece form already fits
+    (the roofline plus 1 % noise) it cannot help, and the command says so."""
+    out = tmp_path / "res.toml"
+    r = _fit(gemm_csv, out, "--residual", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["profile"]["residual"]["rows"] == 54
+    assert d["residual_heldout_mdape_pct"] >= d["heldout_mdape_pct"]
+    from hardware.profile_io import load_profile_file
+
+    prof = load_profile_file(out)
+    assert prof.residual is not None
+    far = np.array([[1e20, 1e12, 1e12, 40.0, 1e12]])  # far outside the measured shapes
+    assert prof(far)[0] == prof.pure()(far)[0]
+    text = _fit(gemm_csv, out, "--residual", "--force")
+    assert text.exit_code == 0 and "does not lower the held-out error" in text.stdout
+    s = runner.invoke(app, ["profile", "show", str(out)])
+    assert s.exit_code == 0 and "residual surface: 54 measured rows" in s.stdout

@@ -1,0 +1,205 @@
+"""The measured residual surface of a fitted profile: what the max-affine form cannot say.
+
+A max-affine profile is a global, convex function of its features. Real libraries pick
+one of several kernels per shape (cuBLAS chooses tiles, split-K and wave counts by a
+heuristic), so measured times carry shape-local steps a convex form cannot follow: on the
+A100 GEMM data the best max-affine profile stays at ~6.4 % held-out median error whatever
+the features or the number of pieces, one profile per m value at 5.8 %, and a min over
+several max-affine "kernels" at ~5.1 % (``benchmarks/explore_gemm_forms.py``).
+
+Where measurements exist, a profile can carry them as a *residual surface*:
+
+    t(x) = maxaffine(x) · exp(c(x)),
+    c(x) = median of r_i over the ``neighbours`` fitting rows nearest to x,
+    r_i  = log(t_measured,i / maxaffine(x_i)),
+
+with distances in standardized log-feature space (``z = (log(x + offset) − centre) /
+scale`` per feature; constant features dropped), so two GEMMs are near when their sizes
+are near in ratio. Away from the measurements the correction fades to zero: it is full
+within ``radius`` of the nearest fitting row and falls linearly to none at twice that
+(``radius`` = the 90th percentile of the fitting rows' nearest-neighbour distances), so
+extrapolation is the pure max-affine profile. The pieces, regimes and crossovers of the
+profile are unchanged; only its predicted times are corrected.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from perfmodel.errors import SpecError
+
+Arr = NDArray[np.float64]
+
+DEFAULT_NEIGHBOURS = 4
+#: Fraction of a feature's smallest positive value added before the log (zeros allowed).
+LOG_OFFSET_FRACTION = 0.5
+
+
+def _standardize(X: Arr, offset: Arr, centre: Arr, scale: Arr, used: NDArray[np.bool_]) -> Arr:
+    return (np.log(X[:, used] + offset) - centre) / scale
+
+
+@dataclass(frozen=True)
+class ResidualSurface:
+    """Log-ratio corrections at measured rows, looked up by nearest neighbours."""
+
+    used: NDArray[np.bool_]  # (F,) which features take part (non-constant ones)
+    offset: Arr  # (F_used,) added before the log
+    centre: Arr  # (F_used,)
+    scale: Arr  # (F_used,)
+    points: Arr  # (N, F_used) standardized coordinates of the fitting rows
+    log_ratio: Arr  # (N,) log(measured / max-affine) at those rows
+    neighbours: int = DEFAULT_NEIGHBOURS
+    radius: float = 0.0
+
+    def __post_init__(self) -> None:
+        used = np.asarray(self.used, dtype=bool).reshape(-1)
+        pts = np.asarray(self.points, dtype=np.float64)
+        lr = np.asarray(self.log_ratio, dtype=np.float64).reshape(-1)
+        F = int(used.sum())
+        vecs = {
+            k: np.asarray(getattr(self, k), dtype=np.float64).reshape(-1)
+            for k in ("offset", "centre", "scale")
+        }
+        if pts.ndim != 2 or pts.shape[1] != F or len(pts) != len(lr):
+            raise SpecError(
+                f"residual surface: points {pts.shape} and log_ratio ({len(lr)},) do not "
+                f"match {F} used feature(s)"
+            )
+        if any(len(v) != F for v in vecs.values()) or np.any(vecs["scale"] <= 0):
+            raise SpecError(
+                "residual surface: offset/centre/scale need one entry per used feature "
+                "(scale positive)"
+            )
+        if len(lr) < 1 or not (1 <= self.neighbours <= len(lr)):
+            raise SpecError(
+                f"residual surface: neighbours must be between 1 and the {len(lr)} rows"
+            )
+        if not (np.all(np.isfinite(pts)) and np.all(np.isfinite(lr)) and self.radius >= 0):
+            raise SpecError("residual surface: values must be finite, radius >= 0")
+        object.__setattr__(self, "used", used)
+        object.__setattr__(self, "points", pts)
+        object.__setattr__(self, "log_ratio", lr)
+        for k, v in vecs.items():
+            object.__setattr__(self, k, v)
+
+    @property
+    def rows(self) -> int:
+        return len(self.log_ratio)
+
+    def _tree(self) -> Any:
+        tree = self.__dict__.get("_kdtree")
+        if tree is None:
+            from scipy.spatial import cKDTree
+
+            tree = cKDTree(self.points)
+            object.__setattr__(self, "_kdtree", tree)
+        return tree
+
+    def log_correction(self, X: ArrayLike) -> Arr:
+        """``c(x)`` for feature rows ``X`` of shape (..., F) (see the module docstring)."""
+        Xa = np.asarray(X, dtype=np.float64)
+        shape = Xa.shape[:-1]
+        Xa = Xa.reshape(-1, Xa.shape[-1])
+        if Xa.shape[1] != len(self.used):
+            raise SpecError(f"residual surface expects {len(self.used)} feature columns")
+        Z = _standardize(np.maximum(Xa, 0.0), self.offset, self.centre, self.scale, self.used)
+        tree = self._tree()
+        # Only rows within the fade-out distance get a correction: find them first with a
+        # bounded nearest-neighbour query (cheap for far points), then their neighbours.
+        reach = 2.0 * self.radius
+        d1, _ = tree.query(
+            Z, k=1, distance_upper_bound=reach if reach > 0 else 1e-12, workers=-1
+        )
+        near = np.flatnonzero(np.isfinite(d1) & (d1 <= reach))
+        c = np.zeros(len(Z))
+        if len(near):
+            _, idx = tree.query(Z[near], k=self.neighbours, workers=-1)
+            idx = idx.reshape(len(near), -1)
+            if self.radius > 0:
+                fade = np.clip(2.0 - d1[near] / self.radius, 0.0, 1.0)
+            else:
+                fade = np.ones(len(near))
+            c[near] = np.median(self.log_ratio[idx], axis=1) * fade
+        return c.reshape(shape)
+
+    def summary(self) -> dict[str, Any]:
+        return {"rows": self.rows, "neighbours": self.neighbours, "radius": self.radius}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain lists, rounded (coordinates to 1e-4, log-ratios to 1e-5: < 0.001 %)."""
+        return {
+            "neighbours": self.neighbours,
+            "radius": float(self.radius),
+            "used": [bool(u) for u in self.used],
+            "offset": self.offset.tolist(),
+            "centre": self.centre.tolist(),
+            "scale": self.scale.tolist(),
+            "points": np.round(self.points, 4).tolist(),
+            "log_ratio": np.round(self.log_ratio, 5).tolist(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ResidualSurface:
+        keys = ("used", "offset", "centre", "scale", "points", "log_ratio")
+        missing = [k for k in keys if k not in d]
+        if missing:
+            raise SpecError(f"[residual] is missing {missing}")
+        pts = np.asarray(d["points"], dtype=np.float64)
+        return cls(
+            used=np.asarray(d["used"], dtype=bool),
+            offset=np.asarray(d["offset"], dtype=np.float64),
+            centre=np.asarray(d["centre"], dtype=np.float64),
+            scale=np.asarray(d["scale"], dtype=np.float64),
+            points=pts.reshape(len(pts), -1) if pts.size else pts.reshape(0, 0),
+            log_ratio=np.asarray(d["log_ratio"], dtype=np.float64),
+            neighbours=int(d.get("neighbours", DEFAULT_NEIGHBOURS)),
+            radius=float(d.get("radius", 0.0)),
+        )
+
+
+def build_surface(
+    X: ArrayLike, y: ArrayLike, predicted: ArrayLike, *, neighbours: int = DEFAULT_NEIGHBOURS
+) -> ResidualSurface:
+    """The residual surface of measured times ``y`` against a profile's ``predicted`` times
+    at feature rows ``X`` (all of shape (rows, F) / (rows,), positive)."""
+    Xa = np.asarray(X, dtype=np.float64)
+    ya = np.asarray(y, dtype=np.float64)
+    pa = np.asarray(predicted, dtype=np.float64)
+    if Xa.ndim != 2 or len(Xa) != len(ya) or len(pa) != len(ya):
+        raise SpecError("residual surface: features (rows, F), times and predictions (rows,)")
+    if len(ya) < neighbours:
+        raise SpecError(
+            f"residual surface: {len(ya)} row(s) are fewer than the {neighbours} neighbours"
+        )
+    if np.any(ya <= 0) or np.any(pa <= 0):
+        raise SpecError("residual surface: measured and predicted times must be positive")
+    Xa = np.maximum(Xa, 0.0)
+    pos = np.where(Xa > 0, Xa, np.inf).min(axis=0)
+    offset_all = np.where(np.isfinite(pos), LOG_OFFSET_FRACTION * pos, 1.0)
+    L = np.log(Xa + offset_all)
+    sd = L.std(axis=0)
+    used = sd > 1e-12 * np.maximum(1.0, np.abs(L).max(axis=0))
+    if not used.any():
+        raise SpecError("residual surface: every feature is constant; nothing to look up")
+    centre = L[:, used].mean(axis=0)
+    scale = sd[used]
+    Z = (L[:, used] - centre) / scale
+    from scipy.spatial import cKDTree
+
+    dist, _ = cKDTree(Z).query(Z, k=min(2, len(Z)))
+    nn = dist[:, -1][dist[:, -1] > 0] if len(Z) > 1 else np.zeros(0)
+    return ResidualSurface(
+        used=used,
+        offset=offset_all[used],
+        centre=centre,
+        scale=scale,
+        points=Z,
+        log_ratio=np.log(ya / pa),
+        neighbours=neighbours,
+        radius=float(np.quantile(nn, 0.9)) if len(nn) else 0.0,
+    )
