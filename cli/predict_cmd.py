@@ -57,8 +57,14 @@ def read_gemm_shapes(path: Path) -> tuple[list[dict[str, str]], list[str], np.nd
     return rows, header, shapes, dtypes
 
 
-def predict_gemm_ms(hardware: str, shapes: np.ndarray, dtypes: list[str]) -> np.ndarray:
-    prof = Roofline(load_device(hardware))
+def predict_gemm_ms(
+    hardware: str, shapes: np.ndarray, dtypes: list[str], *, profile: str | None = None
+) -> np.ndarray:
+    """Milliseconds per shape: the device's roofline, or a fitted GEMM profile."""
+    dev = load_device(hardware)
+    if profile is not None:
+        return _profile_gemm_ms(profile, dev.id, shapes, dtypes)
+    prof = Roofline(dev)
     out = np.empty(len(shapes))
     arr = np.array(dtypes)
     for dt in np.unique(arr):
@@ -68,6 +74,29 @@ def predict_gemm_ms(hardware: str, shapes: np.ndarray, dtypes: list[str]) -> np.
     return out
 
 
+def _profile_gemm_ms(
+    spec: str, device_id: str, shapes: np.ndarray, dtypes: list[str]
+) -> np.ndarray:
+    from hardware.maxaffine import GEMM_FEATURES, gemm_features
+    from hardware.profile_io import load_profile
+
+    prof = load_profile(spec, device=device_id)
+    if prof.features != GEMM_FEATURES:
+        raise SpecError(
+            f"profile {spec} has features {list(prof.features)}, not the GEMM features "
+            f"{list(GEMM_FEATURES)}; fit one with `perfmodel profile fit --features gemm`"
+        )
+    want = get_dtype(prof.provenance.dtype).name
+    other = sorted({d for d in dtypes if get_dtype(d).name != want})
+    if other:
+        raise SpecError(
+            f"profile {spec} was fitted to {want} GEMMs; the input also has {other} "
+            f"(predict those rows without --profile, or fit a profile per dtype)"
+        )
+    m, n, k = shapes.T
+    return np.asarray(prof(gemm_features(m, n, k)) * MS_PER_S, dtype=np.float64)
+
+
 @app.command("gemm")
 @handle_errors
 def gemm_cmd(
@@ -75,11 +104,19 @@ def gemm_cmd(
     input: Annotated[Path, typer.Option("--input", help="CSV with columns m,n,k[,dtype].")],
     output: Annotated[Path | None, typer.Option(help="Write the CSV here (else stdout).")] = None,
     force: Annotated[bool, typer.Option(help="Overwrite --output if it exists.")] = False,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help="Fitted GEMM profile: <device>:gemm_bf16 (built-in, see `perfmodel profile "
+            "show`) or a TOML from `profile fit --features gemm` (with --residual if fitted "
+            "so). Default: the device's roofline."
+        ),
+    ] = None,
     json_out: bool = JsonOpt,
 ) -> None:
     """Predict GEMM latency (ms) for every row of a shapes CSV."""
     rows, header, shapes, dtypes = read_gemm_shapes(input)
-    lat = predict_gemm_ms(hardware, shapes, dtypes)
+    lat = predict_gemm_ms(hardware, shapes, dtypes, profile=profile)
     if json_out:
         echo_json([{**r, "latency_ms": float(t)} for r, t in zip(rows, lat, strict=True)])
         return

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -113,4 +114,48 @@ def test_predict_gemm_bad_csv(tmp_path: Path, content: str, needle: str) -> None
     p = tmp_path / "s.csv"
     p.write_text(content)
     code, _, err = run("predict", "gemm", "--hardware", "h100-sxm", "--input", str(p))
+    assert code == 2 and needle in err
+
+
+def test_predict_gemm_with_the_builtin_fitted_profile_tracks_measurements(tmp_path: Path) -> None:
+    """`--profile h100-sxm:gemm_bf16` on 60 measured H100 bf16 shapes (every 400th row of
+    ../shared/data/silicon/h100_sxm__gemm.csv): median error within the profile's fitted
+    4.4 % + margin, and closer to the measurements than the default roofline."""
+    import csv as _csv
+
+    from tests.conftest import shared_file
+
+    with open(shared_file("silicon", "h100_sxm__gemm.csv")) as f:
+        rows = [r for r in _csv.DictReader(f) if r["gemm_dtype"] == "bfloat16"][::400]
+    shapes = tmp_path / "shapes.csv"
+    shapes.write_text("m,n,k\n" + "".join(f"{r['m']},{r['n']},{r['k']}\n" for r in rows))
+    meas = np.array([float(r["latency_ms"]) for r in rows])
+    preds = {}
+    for name, extra in (("profile", ["--profile", "h100-sxm:gemm_bf16"]), ("roofline", [])):
+        code, out, err = run(
+            "predict", "gemm", "--hardware", "h100-sxm", "--input", str(shapes), "--json", *extra
+        )
+        assert code == 0, err
+        preds[name] = np.array([d["latency_ms"] for d in json.loads(out)])
+    err = {k: float(np.median(np.abs(v / meas - 1))) for k, v in preds.items()}
+    assert err["profile"] < 0.07
+    assert err["profile"] < err["roofline"]
+
+
+@pytest.mark.parametrize(
+    ("content", "profile", "needle"),
+    [
+        ("m,n,k,dtype\n1,2,3,fp8\n", "h100-sxm:gemm_bf16", "fitted to bf16 GEMMs"),
+        ("m,n,k\n1,2,3\n", "a100-sxm-80gb:gemm_bf16", "measured on 'a100-sxm-80gb'"),
+        ("m,n,k\n1,2,3\n", "h100-sxm:moe_layer_bf16", "not the GEMM features"),
+    ],
+)
+def test_predict_gemm_profile_errors(
+    tmp_path: Path, content: str, profile: str, needle: str
+) -> None:
+    p = tmp_path / "s.csv"
+    p.write_text(content)
+    code, _, err = run(
+        "predict", "gemm", "--hardware", "h100-sxm", "--input", str(p), "--profile", profile
+    )
     assert code == 2 and needle in err
