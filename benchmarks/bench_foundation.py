@@ -29,6 +29,8 @@ def main() -> None:
     exe = [sys.executable, "-m", "cli.main"]
     print(f"perfmodel --help cold start:   {best_of([*exe, '--help']):.3f} s (best of 5)")
     print(f"perfmodel estimate cold start: {best_of([*exe, 'estimate']):.3f} s (best of 5)")
+    cap = best_of([*exe, "capacity"], 3)
+    print(f"perfmodel capacity (README main job): {cap:.3f} s (best of 3)")
 
     rng = np.random.default_rng(0)
     n = 100_000

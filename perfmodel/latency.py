@@ -49,7 +49,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats
+from scipy.special import gammainc
 
 from hardware.device import Device
 from perfmodel.classic_queues import erlang_c
@@ -137,9 +137,10 @@ class _Mixture:
         if self.unbounded:
             return 0.0
         y = x - self.base
+        # Gamma(shape, scale) CDF = regularized lower incomplete gamma P(shape, y/scale)
         inner = np.where(
             self.scale > 0,
-            stats.gamma.cdf(np.maximum(y, 0.0), self.shape, scale=np.maximum(self.scale, 1e-300)),
+            gammainc(self.shape, np.maximum(y, 0.0) / np.maximum(self.scale, 1e-300)),
             1.0,
         )
         f = np.where(y < 0, 0.0, (1 - self.p) + self.p * inner)
@@ -150,7 +151,7 @@ class _Mixture:
             return math.inf
         lo = float(self.base.min())
         hi = float(self.base.max() + 50 * max(float((self.shape * self.scale).max()), 1e-9))
-        for _ in range(80):
+        while hi - lo > 1e-9 * max(hi, 1e-9):  # ~40 halvings
             mid = 0.5 * (lo + hi)
             if self.cdf(mid) < q:
                 lo = mid

@@ -51,10 +51,10 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats
 
 from perfmodel.latency import LatencyEstimate
 from perfmodel.paging import OffloadedExperts, step_with_misses_s
+from perfmodel.poisson import poisson_pmf, poisson_ppf
 from perfmodel.queueing import ServiceRate, latency
 from perfmodel.servemix import mix_batch
 from perfmodel.step import step_time
@@ -78,9 +78,9 @@ def mean_fetch_s(
     own_chunks: int = 0,
 ) -> float:
     """``E_K[p(min(n_d + (K + own)·c̄, B), t)]``, ``K ~ Poisson(chunk_rate)`` (docstring)."""
-    hi = int(stats.poisson.ppf(1.0 - _POISSON_TAIL, chunk_rate)) if chunk_rate > 0 else 0
+    hi = int(poisson_ppf(1.0 - _POISSON_TAIL, chunk_rate)) if chunk_rate > 0 else 0
     k = np.arange(hi + 1)
-    pmf = stats.poisson.pmf(k, chunk_rate) if chunk_rate > 0 else np.ones(1)
+    pmf = poisson_pmf(k, chunk_rate) if chunk_rate > 0 else np.ones(1)
     pmf = pmf / pmf.sum()
     tokens = np.minimum(decode_seqs + (k + own_chunks) * chunk_tokens, max_batched_tokens)
     # the budget caps T: equal token counts need one penalty evaluation

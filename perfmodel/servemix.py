@@ -35,6 +35,7 @@ from perfmodel.classic_queues import lifetime_kv_token_steps, prefill_kv_token_s
 from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.parallel import ParallelPlan
+from perfmodel.poisson import poisson_ppf
 from perfmodel.step import step_time
 from perfmodel.workload import LengthDistribution
 
@@ -252,9 +253,7 @@ def poisson_iteration_s(
     rate = prompts_per_step * float(np.dot(weights, per_prompt))
     # stratified: K at the mid-quantiles of Poisson(rate), chunks at the mid-quantiles of
     # their distribution; only the grouping of chunks into iterations is random
-    from scipy import stats
-
-    k = stats.poisson.ppf((np.arange(samples) + 0.5) / samples, rate).astype(np.int64)
+    k = poisson_ppf((np.arange(samples) + 0.5) / samples, rate)
     n_c = int(k.sum())
     u = (np.random.default_rng(seed).permutation(n_c) + 0.5) / max(n_c, 1)
     pick = np.minimum(np.searchsorted(np.cumsum(p_chunk), u), ch.tokens.size - 1)
@@ -269,7 +268,7 @@ def poisson_iteration_s(
     # stream of prompts is Poisson(n_d) (M/G/∞), at its mid-quantiles; a fixed n_d would
     # put every iteration on the same side of a GEMM row-tile boundary, so the mean step
     # time (and μ) would jump as n_d crosses 128·j
-    n_dec = stats.poisson.ppf((np.arange(samples) + 0.5) / samples, decode_seqs)
+    n_dec = poisson_ppf((np.arange(samples) + 0.5) / samples, decode_seqs).astype(np.float64)
     n_dec = np.minimum(np.random.default_rng(seed + 1).permutation(n_dec), max_batched_tokens - 1)
     batch = Batch(
         prefill_tokens=per_iteration(c),

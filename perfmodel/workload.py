@@ -148,11 +148,13 @@ class TruncLogNormal:
 
     def atoms(self, n: int = PARAMETRIC_ATOMS) -> IntArr:
         """Token counts at the ``n`` mid-quantiles of the truncated law."""
-        from scipy import stats
+        # standard normal CDF and its inverse (scipy.special: light to import, unlike
+        # scipy.stats, which costs ~0.7 s of CLI start-up)
+        from scipy.special import ndtr, ndtri
 
-        a, b = (stats.norm.cdf((math.log(v) - self.mu) / self.sigma) for v in (self.lo, self.hi))
+        a, b = (ndtr((math.log(v) - self.mu) / self.sigma) for v in (self.lo, self.hi))
         u = a + (b - a) * (np.arange(n) + 0.5) / n
-        x = np.exp(self.mu + self.sigma * stats.norm.ppf(u))
+        x = np.exp(self.mu + self.sigma * ndtri(u))
         return np.clip(np.rint(x), self.lo, self.hi).astype(np.int64)
 
 
