@@ -216,7 +216,8 @@ def show_cmd(
         rh = "n/a" if p.residual_heldout_mape is None else f"{p.residual_heldout_mape:.2f}%"
         typer.echo(
             f"residual surface: {prof.residual.rows} measured rows, {prof.residual.neighbours} "
-            f"neighbours, fades out beyond {prof.residual.radius:.3g} (std. log units); "
+            f"neighbours; full within {prof.residual.radius:.3g} of a measured row, none "
+            f"beyond {2 * prof.residual.radius:.3g} (standardized log-feature units); "
             f"held-out MdAPE with it {rh}"
         )
     rows = [

@@ -56,7 +56,7 @@ def profile_figure(
     ``X`` holds the features of each measured point, ``x`` the value plotted on the axis
     (e.g. the GEMM's m at fixed n, k). Each piece is drawn where it was evaluated, the
     profile (their max) as a thick line, and the x-range where each piece is active is
-    shaded.
+    shaded. A profile with a residual surface also gets its corrected prediction (dotted).
     """
     import plotly.graph_objects as go
 
@@ -81,6 +81,11 @@ def profile_figure(
         x=xa, y=fit * US_PER_S, mode="lines", name="profile (max)",
         line={"width": 3, "color": "#444"},
     ))  # fmt: skip
+    if profile.residual is not None:
+        fig.add_trace(go.Scatter(
+            x=xa, y=profile(Xa) * US_PER_S, mode="lines+markers",
+            name="profile × measured residual", line={"dash": "dot", "color": "#c0392b"},
+        ))  # fmt: skip
     _shade_regimes(fig, xa, pieces.argmax(axis=-1), profile)
     if crossover_x is not None and np.isfinite(crossover_x):
         fig.add_vline(x=crossover_x, line_dash="dot", annotation_text=f"n* = {crossover_x:.0f}")

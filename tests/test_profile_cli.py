@@ -121,6 +121,11 @@ def test_plot_writes_offline_html(gemm_csv, tmp_path) -> None:
     assert "<html>" in html and len(html) > 1_000_000  # plotly.js embedded: works offline
     assert '<script src="http' not in html and "measured" in html
     assert runner.invoke(app, args).exit_code == 2  # no overwrite without --force
+    assert "measured residual" not in html
+    # a profile with a residual surface also draws its corrected prediction
+    assert _fit(gemm_csv, prof, "--pieces", "2", "--residual", "--force").exit_code == 0
+    assert runner.invoke(app, [*args, "--force"]).exit_code == 0
+    assert "profile × measured residual" in out.read_text()
 
 
 def test_crossover_out_needs_data(tmp_path) -> None:
