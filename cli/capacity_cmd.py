@@ -15,6 +15,9 @@ DEFAULT_HARDWARE = "h100-sxm"
 ModelOpt = Annotated[str, typer.Option(help="Model id or config.json path.")]
 HwOpt = Annotated[str, typer.Option(help="Device id or TOML path.")]
 TpOpt = Annotated[int, typer.Option(help="Tensor-parallel degree of one instance.")]
+PpOpt = Annotated[
+    int, typer.Option(help="Pipeline-parallel stages of one instance (devices = tp x pp).")
+]
 WlOpt = Annotated[str, typer.Option(help="Built-in workload: chat or code.")]
 TraceOpt = Annotated[
     Path | None, typer.Option(help="Trace CSV (Azure or input_tokens,output_tokens[,arrival_s]).")
@@ -35,18 +38,28 @@ ChunkOpt = Annotated[
 
 
 def _setup(
-    model: str, hardware: str, tp: int, workload: str, trace: Path | None, cv: float
+    model: str,
+    hardware: str,
+    tp: int,
+    workload: str,
+    trace: Path | None,
+    cv: float,
+    pp: int = 1,
 ) -> tuple[Any, Any, Any, Any]:
     from hardware.device import load_device
     from perfmodel.model import load_model
     from perfmodel.parallel import ParallelPlan
+    from perfmodel.pipeline import check_pp
     from perfmodel.workload import Workload, load_trace, preset
 
     if tp < 1:
         raise fail(f"--tp must be a positive integer, got {tp}")
+    if pp < 1:
+        raise fail(f"--pp must be a positive integer, got {pp}")
     m = load_model(model)
     d = load_device(hardware)
-    plan = ParallelPlan(tp=tp)
+    check_pp(m, pp)  # pp <= layers (SpecError: exit 2)
+    plan = ParallelPlan(tp=tp, pp=pp)
     w = Workload.from_trace(load_trace(trace)) if trace else preset(workload, arrival_cv=cv)
     return m, d, plan, w
 
@@ -60,6 +73,7 @@ def capacity_cmd(
     model: ModelOpt = DEFAULT_MODEL,
     hardware: HwOpt = DEFAULT_HARDWARE,
     tp: TpOpt = 1,
+    pp: PpOpt = 1,
     workload: WlOpt = "chat",
     trace: TraceOpt = None,
     rate_per_s: RateOpt = None,
@@ -78,7 +92,7 @@ def capacity_cmd(
     from perfmodel import queueing as q
     from perfmodel.workload import SLO
 
-    m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv)
+    m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv, pp)
     sr = q.service_rate(
         m,
         d,
@@ -107,6 +121,8 @@ def capacity_cmd(
         "model": m.id,
         "hardware": d.id,
         "tp": plan.tp,
+        "pp": plan.pp,
+        "devices_per_instance": plan.devices,
         "workload": w.name,
         "rate_per_s": rate,
         "service_rate_per_s": sr.rate_per_s,
@@ -116,6 +132,7 @@ def capacity_cmd(
         "delta": sr.delta,
         "guaranteed_rate_per_s": sr.guaranteed_rate_per_s,
         "kv_capacity_tokens": sr.kv_capacity_tokens,
+        "engine_kv_capacity_tokens": sr.engine_kv_capacity_tokens,
         "effective_kv_tokens": sr.effective_kv_tokens,
         "max_batched_tokens": sr.max_batched_tokens,
         "chunk_size": sr.chunk_size,
@@ -155,12 +172,19 @@ def capacity_cmd(
     if json_out:
         echo_json(out)
         return
+    where = f"{plan.tp}x {d.id}" if plan.pp == 1 else f"{plan.devices}x {d.id} (TP{tp} x PP{pp})"
     typer.echo(
-        f"{m.id} on {plan.tp}x {d.id}, workload {w.name} (mean {sr.moments.input_tokens:.0f} in / "
+        f"{m.id} on {where}, workload {w.name} (mean {sr.moments.input_tokens:.0f} in / "
         f"{sr.moments.decode_steps + 1:.0f} out), budget {sr.max_batched_tokens} tokens, "
         f"KV {sr.kv_capacity_tokens:,} tokens ({sr.effective_kv_tokens:,.0f} usable under FIFO "
         "admission)"
     )
+    if plan.pp > 1:
+        typer.echo(
+            f"  pipeline: {pp} virtual engines, each with budget {sr.max_batched_tokens} "
+            f"tokens, {sr.engine_kv_capacity_tokens:,} KV tokens and 1/{pp} of the arrivals; "
+            f"full-budget iteration {_ms(sr.full_step_s):.1f} ms"
+        )
     typer.echo(
         f"  service rate μ = {sr.rate_per_s:.3g} req/s, {sr.binding}-bound "
         f"(compute {sr.compute_rate_per_s:.3g}, KV memory {sr.memory_rate_per_s:.3g}); "

@@ -40,6 +40,9 @@ def estimate_dict(e: Estimate) -> dict[str, object]:
         "model": e.model.id,
         "hardware": e.device.id,
         "tp": e.plan.tp,
+        "pp": e.plan.pp,
+        "devices": e.plan.devices,
+        "micro_batch": e.micro_batch,
         "dtypes": {"weight": e.plan.weight_dtype, "act": e.plan.act_dtype, "kv": e.plan.kv_dtype},
         "batch": e.batch,
         "input_len": e.input_len,
@@ -63,6 +66,8 @@ def estimate_dict(e: Estimate) -> dict[str, object]:
             "max_batch_at_context": f.max_batch(e.input_len + e.output_len),
             "shortfall_bytes": f.shortfall_bytes,
             "min_tp": f.min_tp,
+            "min_pp": f.min_pp,
+            "binding_stage": f.stage,
         },
         "decode_breakdown": _breakdown(e.decode_mid),
         "prefill_breakdown": _breakdown(e.prefill),
@@ -79,6 +84,9 @@ def estimate_cmd(
     model: Annotated[str, typer.Option(help="Model id or config.json path.")] = DEFAULT_MODEL,
     hardware: Annotated[str, typer.Option(help="Device id or TOML path.")] = DEFAULT_HARDWARE,
     tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 8,
+    pp: Annotated[
+        int, typer.Option(help="Pipeline-parallel stages (devices = tp x pp; 1 = none).")
+    ] = 1,
     batch: Annotated[int, typer.Option(help="Concurrent requests in the batch.")] = 64,
     input_len: Annotated[int, typer.Option(help="Prompt tokens per request.")] = 1024,
     output_len: Annotated[int, typer.Option(help="Generated tokens per request.")] = 128,
@@ -90,6 +98,7 @@ def estimate_cmd(
     """Estimate TTFT, TPOT, throughput and memory fit for one static batch."""
     for name, v in (
         ("--tp", tp),
+        ("--pp", pp),
         ("--batch", batch),
         ("--input-len", input_len),
         ("--output-len", output_len),
@@ -97,22 +106,28 @@ def estimate_cmd(
         _positive(name, v)
     m = load_model(model)
     d = load_device(hardware)
-    plan = ParallelPlan(tp=tp, weight_dtype=dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)
+    plan = ParallelPlan(tp=tp, weight_dtype=dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, pp=pp)
     e = estimate(m, d, plan, batch=batch, input_len=input_len, output_len=output_len)
     if json_out:
         echo_json(estimate_dict(e))
         return
     f = e.memory
+    where = f"{tp}x {d.id}" if pp == 1 else f"{plan.devices}x {d.id} (TP{tp} x PP{pp})"
     typer.echo(
-        f"{m.id} on {tp}x {d.id} (weights {plan.weight_dtype}, math {plan.act_dtype}, "
+        f"{m.id} on {where} (weights {plan.weight_dtype}, math {plan.act_dtype}, "
         f"KV {plan.kv_dtype}); batch {batch}, {input_len} in / {output_len} out"
     )
+    if pp > 1:
+        typer.echo(
+            f"  pipeline: {pp} stages of {tp} devices; {pp} virtual engines of up to "
+            f"{e.micro_batch} requests each; times are one virtual engine's iterations"
+        )
     typer.echo(f"  TTFT  {ms(e.ttft_s):10.1f} ms   (prefill of the whole batch)")
     typer.echo(f"  TPOT  {ms(e.tpot_s):10.2f} ms   (mean decode step)")
     typer.echo(f"  E2E   {ms(e.e2e_s):10.1f} ms")
     typer.echo(
         f"  throughput {e.output_tokens_per_s:,.0f} output tokens/s "
-        f"({e.output_tokens_per_s / tp:,.0f} per device)"
+        f"({e.output_tokens_per_s / plan.devices:,.0f} per device)"
     )
     bound = e.decode_mid.by_bound()
     tot = float(e.decode_mid.total_s)
@@ -124,7 +139,8 @@ def estimate_cmd(
     )
     if f.fits:
         typer.echo(
-            f"  memory: fits; {f.weight_bytes / GiB:.1f} GiB weights/device, KV capacity "
+            f"  memory: fits; {f.weight_bytes / GiB:.1f} GiB weights/device"
+            f"{f' (stage {f.stage})' if pp > 1 else ''}, KV capacity "
             f"{f.kv_capacity_tokens:,} tokens = {f.max_batch(input_len + output_len)} "
             f"requests of {input_len + output_len} tokens"
         )
@@ -133,5 +149,8 @@ def estimate_cmd(
     rows = [
         [o["op"], o["count"], f"{o['total_ms']:.3f}", o["bound"]] for o in _breakdown(e.decode_mid)
     ]
-    typer.echo("\ndecode step breakdown (middle of generation):")
+    typer.echo(
+        "\ndecode step breakdown (middle of generation)"
+        + (":" if pp == 1 else f", one device of the slowest stage over {pp} micro-batches:")
+    )
     typer.echo(table(rows, ["op", "x", "ms", "bound"]))

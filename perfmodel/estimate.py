@@ -4,6 +4,12 @@ The batch's ``batch`` requests arrive together, are prefilled in one iteration (
 is that iteration) and then decode in lock-step; the first output token comes from
 the prefill, so there are ``output_len − 1`` decode steps at contexts
 ``input_len … input_len + output_len − 2``, all evaluated in one vectorized call.
+
+With pipeline parallelism (``plan.pp > 1``) the requests are spread over the ``pp``
+virtual engines (vLLM assigns each new request to the least-loaded one), so every
+iteration is that of a micro-batch of ``⌈batch/pp⌉`` requests (the largest) and the
+steps are ``perfmodel.step.step_time``'s virtual-engine iterations; memory is checked
+for the whole batch (every stage caches every request's KV for its layers).
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ class Estimate:
     decode_arith_intensity: float  # FLOP / HBM byte of the middle decode step
     ridge_flop_per_byte: float
     memory: MemoryFit
+    micro_batch: int = 0  # requests per virtual engine: ⌈batch/pp⌉ (= batch when pp = 1)
 
 
 def estimate(
@@ -53,16 +60,17 @@ def estimate(
         if not (isinstance(v, int | np.integer) and v > 0):
             raise SpecError(f"{name} must be a positive integer, got {v!r}")
     fit = memory_fit(model, device, plan, batch=batch, context_len=input_len + output_len)
-    prefill = step_time(model, device, Batch.prefill(batch, input_len), plan=plan)
+    mb = -(-batch // plan.pp)  # ⌈batch/pp⌉: the largest virtual engine's micro-batch
+    prefill = step_time(model, device, Batch.prefill(mb, input_len), plan=plan)
     ctx = input_len + np.arange(max(output_len - 1, 1), dtype=np.float64)
-    decode = step_time(model, device, Batch.decode(batch, ctx), plan=plan)
+    decode = step_time(model, device, Batch.decode(mb, ctx), plan=plan)
     n_dec = output_len - 1
     decode_total = float(decode.total_s[:n_dec].sum())
     ttft = float(prefill.total_s)
     tpot = float(decode.total_s.mean()) if n_dec > 0 else 0.0
     e2e = ttft + decode_total
     mid_ctx = input_len + n_dec // 2
-    mid = step_time(model, device, Batch.decode(batch, mid_ctx), plan=plan)
+    mid = step_time(model, device, Batch.decode(mb, mid_ctx), plan=plan)
     ai = float(mid.flops / mid.bytes) if float(mid.bytes) > 0 else float("inf")
     return Estimate(
         model=model,
@@ -80,4 +88,5 @@ def estimate(
         decode_arith_intensity=ai,
         ridge_flop_per_byte=device.ridge_flop_per_byte(plan.act_dtype),
         memory=fit,
+        micro_batch=mb,
     )

@@ -8,6 +8,13 @@ Capacity accounting (bytes are GiB-like counts from the device file):
 The activation reserve is the peak activation footprint of one forward pass of
 ``max_batched_tokens`` tokens: ``tokens · (4·hidden + 2·mlp_width/tp + vocab/tp) ·
 act_bytes`` (residual stream, Q/K/V, MLP intermediate, logits).
+
+With pipeline parallelism (``plan.pp > 1``) every stage is accounted on its own
+devices: its weights (its layers, plus the embedding on the first stage and the head
+on the last, ``perfmodel.pipeline.stage_params``), its reserve (logits only on the
+last stage) and the KV of its layers. Every stage caches every request's KV for its
+layers, so the instance holds ``min_s`` of the stages' token capacities (vLLM sizes
+the cache by the smallest worker); a :class:`MemoryFit` reports the binding stage.
 """
 
 from __future__ import annotations
@@ -19,36 +26,71 @@ from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.ops import kv_elems_per_token_per_layer_per_device
 from perfmodel.parallel import ParallelPlan
+from perfmodel.pipeline import check_pp, stage_layer_counts, stage_params
 from perfmodel.units import GiB
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
 DEFAULT_MAX_BATCHED_TOKENS = 8192
 TP_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
+PP_SEARCH_MAX = 16  # largest pipeline depth a shortfall message suggests
+
+
+def stage_weight_bytes(model: ModelSpec, plan: ParallelPlan) -> tuple[float, ...]:
+    """Weights one TP rank of each pipeline stage holds (sharded ``tp`` ways)."""
+    return tuple(p * plan.weight_bytes / plan.tp for p in stage_params(model, plan.pp))
 
 
 def weight_bytes_per_device(model: ModelSpec, plan: ParallelPlan) -> float:
-    """Weights one TP rank holds: everything sharded ``tp`` ways (norms are negligible)."""
-    return model.params * plan.weight_bytes / plan.tp
+    """Weights one TP rank holds: everything sharded ``tp`` ways (norms are negligible).
+
+    With ``pp > 1``: the heaviest stage's.
+    """
+    if plan.pp == 1:
+        return model.params * plan.weight_bytes / plan.tp
+    return max(stage_weight_bytes(model, plan))
+
+
+def stage_kv_bytes_per_token(model: ModelSpec, plan: ParallelPlan) -> tuple[float, ...]:
+    """KV bytes one device of each pipeline stage stores per token (its layers only)."""
+    elems = kv_elems_per_token_per_layer_per_device(model, plan.tp)
+    if plan.pp == 1:
+        return (model.layers * elems * plan.kv_bytes,)
+    per_layer = elems * plan.kv_bytes
+    check_pp(model, plan.pp)
+    return tuple(n * per_layer for n in stage_layer_counts(model.layers, plan.pp))
 
 
 def kv_bytes_per_token_per_device(model: ModelSpec, plan: ParallelPlan) -> float:
-    """KV bytes one device stores per token (GQA heads sharded, MLA latent replicated)."""
-    return model.layers * kv_elems_per_token_per_layer_per_device(model, plan.tp) * plan.kv_bytes
+    """KV bytes one device stores per token (GQA heads sharded, MLA latent replicated).
+
+    With ``pp > 1``: that of the stage with the most layers.
+    """
+    return max(stage_kv_bytes_per_token(model, plan))
 
 
 def activation_reserve_bytes(
-    model: ModelSpec, plan: ParallelPlan, max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS
+    model: ModelSpec,
+    plan: ParallelPlan,
+    max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
+    *,
+    logits: bool = True,
 ) -> float:
+    """Peak activations of one forward pass; ``logits=False`` for a stage without the head."""
     width = model.intermediate
     if model.moe:
         width = max(width, model.moe.top_k * model.moe.expert_intermediate)
-    per_token = 4 * model.hidden + 2 * width / plan.tp + model.vocab / plan.tp
+    per_token = 4 * model.hidden + 2 * width / plan.tp + (model.vocab / plan.tp if logits else 0)
     return max_batched_tokens * per_token * plan.act_bytes
 
 
 @dataclass(frozen=True)
 class MemoryFit:
-    """How a model fits on ``tp`` devices: all bytes per device."""
+    """How a model fits on ``tp·pp`` devices: all bytes per device.
+
+    With ``pp > 1`` the per-device fields are those of the binding stage ``stage``: the
+    one short of memory by most when it does not fit, else the one with the fewest KV
+    tokens. ``kv_capacity_tokens`` is the instance's: the smallest over the stages.
+    """
 
     fits: bool
     capacity_bytes: float
@@ -60,7 +102,10 @@ class MemoryFit:
     kv_capacity_tokens: int
     needed_bytes: float  # weights + reserve + KV of the requested batch
     shortfall_bytes: float  # > 0 when it does not fit
-    min_tp: int | None  # smallest TP (same device, same dtypes) that fits; None if none
+    min_tp: int | None  # smallest TP (same device, dtypes and PP) that fits; None if none
+    pp: int = 1
+    stage: int = 0  # the binding pipeline stage
+    min_pp: int | None = None  # when it does not fit: smallest PP at this TP that fits
 
     def max_batch(self, context_len: int) -> int:
         """Largest number of concurrent requests that each hold ``context_len`` tokens."""
@@ -80,19 +125,48 @@ def memory_fit(
     max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
     search_tp: bool = True,
 ) -> MemoryFit:
-    """Whether ``batch`` requests of ``context_len`` tokens fit, and the KV capacity."""
+    """Whether ``batch`` requests of ``context_len`` tokens fit, and the KV capacity.
+
+    When it does not fit and ``search_tp``: the smallest TP (same PP) and the smallest
+    PP up to ``PP_SEARCH_MAX`` (same TP) that would.
+    """
     if not 0 < gpu_memory_utilization <= 1:
         raise SpecError("gpu_memory_utilization must be in (0, 1]")
     model.check_tp(plan.tp)
     usable = device.hbm_bytes * gpu_memory_utilization
-    w = weight_bytes_per_device(model, plan)
-    reserve = activation_reserve_bytes(model, plan, max_batched_tokens)
-    kv_tok = kv_bytes_per_token_per_device(model, plan)
-    budget = usable - w - reserve
-    cap = int(budget // kv_tok) if budget > 0 else 0
-    needed = w + reserve + batch * context_len * kv_tok
-    short = max(0.0, needed - usable)
+    pp = plan.pp
+    weights: tuple[float, ...] = (
+        (weight_bytes_per_device(model, plan),) if pp == 1 else stage_weight_bytes(model, plan)
+    )
+    kv_toks = stage_kv_bytes_per_token(model, plan)
+    stages = []
+    for s, (w, kv_tok) in enumerate(zip(weights, kv_toks, strict=True)):
+        reserve = activation_reserve_bytes(model, plan, max_batched_tokens, logits=s == pp - 1)
+        budget = usable - w - reserve
+        cap = int(budget // kv_tok) if budget > 0 else 0
+        needed = w + reserve + batch * context_len * kv_tok
+        stages.append((w, reserve, kv_tok, budget, cap, needed, max(0.0, needed - usable)))
+    short = max(st[6] for st in stages)
+    if short > 0:
+        k = max(range(pp), key=lambda s: stages[s][6])
+    else:
+        k = min(range(pp), key=lambda s: (stages[s][4], -stages[s][5]))
+    w, reserve, kv_tok, budget, _, needed, _ = stages[k]
     min_tp: int | None = plan.tp if short == 0 else None
+    min_pp: int | None = None
+
+    def fits_with(t: int, p: int) -> bool:
+        return memory_fit(
+            model,
+            device,
+            ParallelPlan(t, plan.weight_dtype, plan.act_dtype, plan.kv_dtype, pp=p),
+            batch=batch,
+            context_len=context_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_batched_tokens=max_batched_tokens,
+            search_tp=False,
+        ).fits
+
     if short > 0 and search_tp:
         for t in TP_CANDIDATES:
             if t <= plan.tp:
@@ -101,18 +175,12 @@ def memory_fit(
                 model.check_tp(t)
             except SpecError:
                 continue
-            f = memory_fit(
-                model,
-                device,
-                ParallelPlan(t, plan.weight_dtype, plan.act_dtype, plan.kv_dtype),
-                batch=batch,
-                context_len=context_len,
-                gpu_memory_utilization=gpu_memory_utilization,
-                max_batched_tokens=max_batched_tokens,
-                search_tp=False,
-            )
-            if f.fits:
+            if fits_with(t, pp):
                 min_tp = t
+                break
+        for p in range(pp + 1, min(PP_SEARCH_MAX, model.layers) + 1):
+            if fits_with(plan.tp, p):
+                min_pp = p
                 break
     return MemoryFit(
         fits=short == 0,
@@ -122,22 +190,38 @@ def memory_fit(
         reserve_bytes=reserve,
         kv_budget_bytes=budget,
         kv_bytes_per_token=kv_tok,
-        kv_capacity_tokens=cap,
+        kv_capacity_tokens=min(st[4] for st in stages),
         needed_bytes=needed,
         shortfall_bytes=short,
         min_tp=min_tp,
+        pp=pp,
+        stage=k,
+        min_pp=min_pp,
     )
 
 
 def describe_shortfall(fit: MemoryFit, model: ModelSpec, device: Device, tp: int) -> str:
     """One sentence: by how much it does not fit, and what would."""
+    where = (
+        f"{tp}x {device.id}" if fit.pp == 1 else f"{tp * fit.pp}x {device.id} (TP{tp} x PP{fit.pp})"
+    )
     msg = (
-        f"{model.id} does not fit on {tp}x {device.id}: needs {fit.needed_bytes / GiB:.1f} GiB "
-        f"per device, {fit.usable_bytes / GiB:.1f} GiB usable (short by "
-        f"{fit.shortfall_bytes / GiB:.1f} GiB)"
+        f"{model.id} does not fit on {where}: needs {fit.needed_bytes / GiB:.1f} GiB "
+        f"per device{f' on pipeline stage {fit.stage}' if fit.pp > 1 else ''}, "
+        f"{fit.usable_bytes / GiB:.1f} GiB usable (short by {fit.shortfall_bytes / GiB:.1f} GiB)"
     )
     if fit.min_tp:
         msg += f"; the smallest TP that fits is {fit.min_tp}"
+        if fit.min_pp:
+            msg += (
+                f", or keep TP{tp} with pipeline parallelism PP{fit.min_pp} "
+                f"({tp * fit.min_pp} devices)"
+            )
+    elif fit.min_pp:
+        msg += (
+            f"; no TP up to 64 fits, but TP{tp} with pipeline parallelism PP{fit.min_pp} "
+            f"({tp * fit.min_pp} devices) does"
+        )
     else:
         msg += "; no TP up to 64 fits -- use a lower-precision weight dtype or a larger device"
     return msg

@@ -3,7 +3,7 @@
 Public API (stable; other modules build on it):
 
 * :func:`service_rate` -> :class:`ServiceRate`: the largest stable request rate ``μ`` of
-  one instance (model on ``plan.tp`` devices) under continuous batching with chunked
+  one instance (model on ``plan.tp·plan.pp`` devices) under continuous batching with chunked
   prefill, as the minimum of two necessary bounds:
 
   - compute (Li–Dai–Peng, arXiv 2504.07347, Thm 2): a work-conserving engine processes
@@ -46,6 +46,13 @@ watermark; nothing is fitted to the simulator. Known limit: with chunks much sma
 than the prompts (``C`` = 512–2,048 for ``chat``) the engine admits requests whose later
 chunks do not fit and preempts others to run them; the recompute costs 14–25 % of the
 memory-bound throughput at ``M`` = 100,000, which this bound does not model.
+**Pipeline parallelism** (``plan.pp = P > 1``). The instance runs ``P`` virtual
+engines (vLLM), each with its own scheduler, token budget ``B``, ``⌊M/P⌋`` of the
+instance's KV tokens (vLLM V0 splits the cache blocks evenly) and iteration time
+``perfmodel.step.step_time`` (the virtual engine's iteration when the pipeline is
+full). New requests go to the least-loaded engine, so each sees ``λ/P``: ``μ`` is ``P``
+times a virtual engine's rate (both bounds), ``δ`` is that of one engine's cache, the
+latency at ``λ`` is an engine's at ``λ/P``, and an instance counts ``tp·P`` devices.
 * :func:`stability` -> :class:`Stability`: verdict, utilization ``λ/μ`` and margin.
 * :func:`latency` -> :class:`perfmodel.latency.LatencyEstimate`: TTFT/TPOT means and
   p50/p90/p99 at a rate.
@@ -57,7 +64,7 @@ memory-bound throughput at ``M`` = 100,000, which this bound does not model.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -108,20 +115,20 @@ class ServiceRate:
     device: Device
     plan: ParallelPlan
     workload: Workload
-    rate_per_s: float  # μ = min(compute, memory)
+    rate_per_s: float  # μ = min(compute, memory) (× pp: the whole instance)
     compute_rate_per_s: float
     memory_rate_per_s: float
     binding: str  # "compute" | "memory"
-    delta: float  # max(s+o)/M
+    delta: float  # max(s+o)/M (M of one virtual engine when pp > 1)
     guaranteed_rate_per_s: float  # μ·(1 − δ), 0 if δ >= 1
-    kv_capacity_tokens: int
-    max_batched_tokens: int
+    kv_capacity_tokens: int  # M of the instance
+    max_batched_tokens: int  # B per iteration (of each virtual engine)
     chunk_size: int
     full_step_s: float  # iteration time of a full token budget at the saturated mix
     memory_step_s: float  # b̄: iteration time when the KV is full
-    capacity_tokens_per_s: float  # B / t_full (Li–Dai–Peng)
+    capacity_tokens_per_s: float  # B / t_full (Li–Dai–Peng) (× pp)
     moments: RequestMoments
-    effective_kv_tokens: float = 0.0  # M_eff = M − watermark·M − E[c²]/(2E[c]) (see above)
+    effective_kv_tokens: float = 0.0  # M_eff = M − watermark·M − E[c²]/(2E[c]) (× pp)
     admission_slack_tokens: float = 0.0  # E[c²]/(2E[c]): KV left free by FIFO admission
 
     @property
@@ -130,7 +137,17 @@ class ServiceRate:
 
     @property
     def devices(self) -> int:
-        return self.plan.tp
+        """Devices of one instance: ``tp·pp``."""
+        return self.plan.devices
+
+    @property
+    def virtual_engines(self) -> int:
+        return self.plan.pp
+
+    @property
+    def engine_kv_capacity_tokens(self) -> int:
+        """KV tokens of one virtual engine: ``⌊M/pp⌋``."""
+        return self.kv_capacity_tokens // self.plan.pp
 
 
 @dataclass(frozen=True)
@@ -155,7 +172,8 @@ class Stability:
         if not sv.largest_request_fits:
             return (
                 f"unstable: the largest request ({sv.moments.max_total_tokens} tokens) exceeds "
-                f"the KV capacity of {sv.kv_capacity_tokens} tokens; {bound}"
+                f"the KV capacity of {sv.engine_kv_capacity_tokens} tokens"
+                f"{' per virtual engine' if sv.virtual_engines > 1 else ''}; {bound}"
             )
         if not self.stable:
             return (
@@ -217,6 +235,13 @@ def service_rate(
         )
     else:
         M = int(kv_capacity_tokens)
+    pp = plan.pp
+    M_total, M = M, M // pp  # from here on: one virtual engine
+    if M < 1:
+        raise SpecError(
+            f"a KV capacity of {M_total} tokens cannot be split over the {pp} virtual "
+            "engines of the pipeline"
+        )
     if not 0 <= admission_watermark < 1:
         raise SpecError(
             f"admission watermark must be a fraction in [0, 1), got {admission_watermark}"
@@ -251,20 +276,20 @@ def service_rate(
         device=device,
         plan=plan,
         workload=workload,
-        rate_per_s=mu,
-        compute_rate_per_s=mu_c,
-        memory_rate_per_s=mu_m,
+        rate_per_s=pp * mu,
+        compute_rate_per_s=pp * mu_c,
+        memory_rate_per_s=pp * mu_m,
         binding="compute" if mu_c <= mu_m else "memory",
         delta=delta,
-        guaranteed_rate_per_s=mu * max(0.0, 1.0 - delta),
-        kv_capacity_tokens=M,
+        guaranteed_rate_per_s=pp * mu * max(0.0, 1.0 - delta),
+        kv_capacity_tokens=M_total,
         max_batched_tokens=B,
         chunk_size=chunk,
         full_step_s=t_full,
         memory_step_s=t_mem,
-        capacity_tokens_per_s=B / t_full,
+        capacity_tokens_per_s=pp * B / t_full,
         moments=m,
-        effective_kv_tokens=m_eff,
+        effective_kv_tokens=pp * m_eff,
         admission_slack_tokens=slack,
     )
 
@@ -286,22 +311,30 @@ def stability(service: ServiceRate, rate_per_s: float) -> Stability:
 
 
 def latency(service: ServiceRate, rate_per_s: float) -> LatencyEstimate:
-    """TTFT and TPOT (means, p50/p90/p99) at ``rate_per_s`` (see ``perfmodel.latency``)."""
+    """TTFT and TPOT (means, p50/p90/p99) at ``rate_per_s`` (see ``perfmodel.latency``).
+
+    With ``pp`` virtual engines: those of one engine at ``rate_per_s/pp`` (its
+    ``decode_batch``, ``kv_load`` and ``step_s`` are the engine's).
+    """
     st = stability(service, rate_per_s)
-    return estimate_latency(
+    pp = service.plan.pp
+    est = estimate_latency(
         service.model,
         service.device,
         service.plan,
         service.workload.lengths,
         service.moments,
-        rate_per_s=rate_per_s,
+        rate_per_s=rate_per_s / pp,
         # the memory queue's servers are the usable KV (M_eff), as in the memory bound
-        kv_capacity_tokens=max(1, int(service.effective_kv_tokens or service.kv_capacity_tokens)),
+        kv_capacity_tokens=max(
+            1, int((service.effective_kv_tokens or service.kv_capacity_tokens) / pp)
+        ),
         max_batched_tokens=service.max_batched_tokens,
         arrival_cv=service.workload.arrival_cv,
         full_step_s=service.full_step_s,
         stable=st.stable,
     )
+    return est if pp == 1 else replace(est, rate_per_s=rate_per_s)
 
 
 @dataclass(frozen=True)
@@ -399,7 +432,7 @@ def goodput(service: ServiceRate, slo: SLO, *, rel_tol: float = 1e-3) -> Goodput
 
 @dataclass(frozen=True)
 class Sizing:
-    """Instances (each ``tp`` devices) for an arrival rate."""
+    """Instances (each ``tp·pp`` devices) for an arrival rate."""
 
     rate_per_s: float
     instances: int  # recommended: meets target utilization (and goodput when given)

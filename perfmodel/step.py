@@ -3,6 +3,27 @@
 Every latency comes from the cost layer: compute ops from the roofline
 (``hardware.roofline``), collectives from ``hardware.comm``. Communication is not
 overlapped with compute (conservative; engines overlap little of the TP all-reduce).
+
+**Pipeline parallelism** (``plan.pp = P > 1``). The engine runs ``P`` virtual engines,
+each with its own micro-batch in flight (vLLM), and ``step_time(batch)`` is the
+iteration time of one of them when all carry ``batch``: the pipeline is a closed loop
+of ``P`` micro-batches through ``P`` stages, so in steady state every stage serves each
+micro-batch once per iteration and a micro-batch crosses ``P − 1`` stage boundaries::
+
+    T_iter = P · max_s t_s(batch) + (P − 1) · t_hop(batch)
+
+with ``t_s`` the time of stage ``s`` on its layer slice (``perfmodel.pipeline``; the
+embedding on stage 0, the LM head on the last) and ``t_hop`` one boundary crossing.
+This is exact for balanced stages and over-estimates by at most ``(P − 1)·t_hop``
+otherwise (the exact cycle of this loop is ``max(P·max_s t_s, Σ_s t_s + (P − 1)·t_hop)``;
+the hop is then partly hidden behind the slowest stage). A hop follows vLLM's
+``send_tensor_dict(..., all_gather_group=tp_group)``: the stage output (hidden states
+and residual, ``2·tokens·hidden`` activations) leaves as ``1/tp`` slices, one per TP
+rank, over the link between the stages (``pp_p2p``: the scale-up link when all ``tp·pp``
+devices share a scale-up domain, else the scale-out NIC), and is all-gathered inside
+the next stage's TP group (``pp_allgather``). The breakdown lists what one device of
+the slowest stage executes during one iteration (its ops for ``P`` micro-batches,
+``count`` and times ``× P``) plus the two hop ops, so the ops still sum to the total.
 """
 
 from __future__ import annotations
@@ -17,8 +38,9 @@ from hardware.device import Device
 from hardware.roofline import Roofline
 from perfmodel.batch import Batch
 from perfmodel.model import ModelSpec
-from perfmodel.ops import Op, layer_ops
+from perfmodel.ops import Op, attention_ops, elementwise_op, head_ops, layer_ops, mlp_ops
 from perfmodel.parallel import ParallelPlan
+from perfmodel.pipeline import check_pp, stage_models
 
 Arr = NDArray[np.float64]
 
@@ -50,6 +72,7 @@ class StepTime:
 
     total_s: Arr
     ops: tuple[OpTime, ...]
+    stage_s: tuple[Arr, ...] = ()  # pp > 1: time of each pipeline stage for one micro-batch
 
     def by_bound(self) -> dict[str, Arr]:
         """Seconds spent in ops bound by compute, memory and communication."""
@@ -80,8 +103,11 @@ class StepTime:
 def _time_op(op: Op, prof: Roofline, device: Device, plan: ParallelPlan) -> OpTime:
     n = op.count
     if op.kind == "comm":
-        link = link_for_group(device, plan.tp)
-        t = collective_time_s(op.collective, op.bytes, group=plan.tp, link=link)  # type: ignore[arg-type]
+        if op.collective == "p2p":  # between pipeline stages: one sender, one receiver
+            group, link = 2, link_for_group(device, plan.tp * plan.pp)
+        else:  # inside one stage's tensor-parallel group
+            group, link = plan.tp, link_for_group(device, plan.tp)
+        t = collective_time_s(op.collective, op.bytes, group=group, link=link)  # type: ignore[arg-type]
         z = np.zeros_like(t)
         return OpTime(op.name, n, z, z, z, z, n * t, n * t)
     r = prof.times(op.flops, op.bytes, dtype=plan.act_dtype, kernels=op.kernels)
@@ -99,23 +125,110 @@ def step_time(
     plan: ParallelPlan | None = None,
     profile: Roofline | None = None,
 ) -> StepTime:
-    """Seconds for one iteration of ``batch`` on ``plan.tp`` devices, with breakdown."""
+    """Seconds for one iteration of ``batch`` on ``plan.tp`` devices, with breakdown.
+
+    With ``plan.pp > 1``: the iteration of one virtual engine when every one of the
+    ``pp`` carries ``batch`` (see the module docstring).
+    """
     plan = plan or ParallelPlan()
     model.check_tp(plan.tp)
     prof = profile or Roofline(device)
+    if plan.pp > 1:
+        return _pipeline_step(model, device, batch, plan, prof)
     times = tuple(_time_op(op, prof, device, plan) for op in layer_ops(model, plan, batch))
     total = sum((o.total_s for o in times), np.zeros(np.shape(batch.tokens)))
     return StepTime(np.asarray(total, dtype=np.float64), times)
 
 
+def stage_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch, stage: int) -> list[Op]:
+    """Every operator stage ``stage`` of ``plan.pp`` runs for one micro-batch, on one device."""
+    check_pp(model, plan.pp)
+    stages = stage_models(model, plan.pp)
+    if not 0 <= stage < len(stages):
+        raise IndexError(f"stage {stage} of {len(stages)}")
+    sub = stages[stage]
+    head = head_ops(model, plan, batch)
+    return [
+        *(head[:1] if stage == 0 else []),
+        *attention_ops(sub, plan, batch),
+        *mlp_ops(sub, plan, batch),
+        elementwise_op(sub, plan, batch),
+        *(head[1:] if stage == len(stages) - 1 else []),
+    ]
+
+
+def pipeline_hop_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op]:
+    """The ``pp − 1`` stage-boundary crossings of one micro-batch (bytes per device)."""
+    act = 2 * batch.tokens * model.hidden * plan.act_bytes  # hidden states + residual
+    z = np.zeros_like(act)
+    n = plan.pp - 1
+    ops = [Op("pp_p2p", "comm", z, act / plan.tp, n, collective="p2p")]
+    if plan.tp > 1:
+        ops.append(Op("pp_allgather", "comm", z, act, n, collective="all_gather"))
+    return ops
+
+
+def _pipeline_step(
+    model: ModelSpec, device: Device, batch: Batch, plan: ParallelPlan, prof: Roofline
+) -> StepTime:
+    pp = plan.pp
+    shape = np.shape(batch.tokens)
+    stages = [
+        [_time_op(op, prof, device, plan) for op in stage_ops(model, plan, batch, s)]
+        for s in range(pp)
+    ]
+    stage_s = tuple(
+        np.asarray(sum((o.total_s for o in ops), np.zeros(shape)), dtype=np.float64)
+        for ops in stages
+    )
+    slowest = np.argmax(np.stack(stage_s), axis=0)  # the bottleneck stage, per batch element
+    hops = [_time_op(op, prof, device, plan) for op in pipeline_hop_ops(model, plan, batch)]
+    # the op counts are those of the stage that is slowest most often
+    label = int(np.bincount(np.ravel(slowest), minlength=pp).argmax())
+    names: list[str] = []
+    for ops in stages:
+        names += [o.name for o in ops if o.name not in names]
+    zero = np.zeros(shape)
+    scaled: list[OpTime] = []
+    for name in names:
+        per_stage = [next((o for o in ops if o.name == name), None) for ops in stages]
+        if not any(per_stage[k] is not None for k in np.unique(slowest)):
+            continue
+
+        def pick(field: str, per_stage: list[OpTime | None] = per_stage) -> Arr:
+            arrs = [
+                zero if o is None else np.broadcast_to(getattr(o, field), shape) for o in per_stage
+            ]
+            picked = np.take_along_axis(np.stack(arrs), slowest[None, ...], axis=0)[0]
+            return np.asarray(pp * picked, dtype=np.float64)
+
+        labelled = per_stage[label]
+        count = pp * (labelled.count if labelled is not None else 0)
+        fields = ("flops", "bytes", "compute_s", "memory_s", "comm_s", "total_s")
+        scaled.append(OpTime(name, count, *(pick(f) for f in fields)))
+    slow = np.max(np.stack(stage_s), axis=0)
+    total = pp * slow + sum((h.total_s for h in hops), np.zeros(shape))
+    return StepTime(np.asarray(total, dtype=np.float64), (*scaled, *hops), stage_s)
+
+
 def roofline_floor_s(
     model: ModelSpec, device: Device, batch: Batch, plan: ParallelPlan | None = None
 ) -> Arr:
-    """The pure roofline bound: every op at 100 % of peak, no overheads, free links."""
+    """The pure roofline bound: every op at 100 % of peak, no overheads, free links.
+
+    With ``plan.pp > 1``: ``pp`` times the slowest stage's bound (free links).
+    """
     plan = plan or ParallelPlan()
     ideal = Roofline(device, eff_compute=1.0, eff_memory=1.0, overhead_s=0.0)
-    total = np.zeros(np.shape(batch.tokens))
-    for op in layer_ops(model, plan, batch):
-        if op.kind == "compute":
-            total = total + op.count * ideal.time_s(op.flops, op.bytes, dtype=plan.act_dtype)
-    return total
+
+    def floor(ops: list[Op]) -> Arr:
+        total = np.zeros(np.shape(batch.tokens))
+        for op in ops:
+            if op.kind == "compute":
+                total = total + op.count * ideal.time_s(op.flops, op.bytes, dtype=plan.act_dtype)
+        return total
+
+    if plan.pp == 1:
+        return floor(layer_ops(model, plan, batch))
+    stages = [floor(stage_ops(model, plan, batch, s)) for s in range(plan.pp)]
+    return np.asarray(plan.pp * np.max(np.stack(stages), axis=0), dtype=np.float64)
