@@ -227,6 +227,7 @@ def simulate_cmd(
     model: ModelOpt = DEFAULT_MODEL,
     hardware: HwOpt = DEFAULT_HARDWARE,
     tp: TpOpt = 1,
+    pp: PpOpt = 1,
     workload: WlOpt = "chat",
     trace: TraceOpt = None,
     rate_per_s: RateOpt = None,
@@ -243,11 +244,11 @@ def simulate_cmd(
 ) -> None:
     """Discrete-event simulation: TTFT/TPOT/E2E distributions, throughput, queue growth."""
     from perfmodel import queueing as q
-    from perfmodel.simulate import make_setup, simulate, simulate_workload
+    from perfmodel.simulate import make_setup, simulate_engines, simulate_workload
 
     if requests < 1:
         raise fail(f"--requests must be >= 1, got {requests}")
-    m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv)
+    m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv, pp)
     sr = q.service_rate(
         m,
         d,
@@ -261,20 +262,19 @@ def simulate_cmd(
         m,
         d,
         plan,
-        kv_capacity_tokens=sr.kv_capacity_tokens,
+        kv_capacity_tokens=sr.engine_kv_capacity_tokens,  # one virtual engine's share
         max_batched_tokens=sr.max_batched_tokens,
         chunk_size=sr.chunk_size,
     )
     if w.trace is not None and rate_per_s is None:
         tr = w.trace
-        res = simulate(
-            setup.table,
+        res = simulate_engines(
+            setup,
             arrival_s=tr.replay_times_s(time_scale),
             input_tokens=tr.input_tokens,
             output_tokens=tr.output_tokens,
-            kv_capacity_tokens=setup.kv_capacity_tokens,
-            max_batched_tokens=setup.max_batched_tokens,
-            chunk_size=setup.chunk_size,
+            engines=plan.pp,
+            seed=seed,
         )
         rate = tr.rate_per_s * time_scale
     else:
@@ -282,12 +282,16 @@ def simulate_cmd(
 
         rate = rate_per_s if rate_per_s is not None else 0.7 * sr.rate_per_s
         check_rate(rate)
-        res = simulate_workload(setup, w.lengths, w.arrivals(rate), n_requests=requests, seed=seed)
+        res = simulate_workload(
+            setup, w.lengths, w.arrivals(rate), n_requests=requests, seed=seed, engines=plan.pp
+        )
     dists = {"ttft": res.ttft(), "tpot": res.tpot(), "e2e": res.e2e()}
     out = {
         "model": m.id,
         "hardware": d.id,
         "tp": plan.tp,
+        "pp": plan.pp,
+        "devices": plan.devices,
         "workload": w.name,
         "rate_per_s": rate,
         "predicted_service_rate_per_s": sr.rate_per_s,
@@ -314,7 +318,9 @@ def simulate_cmd(
         return
     typer.echo(
         f"simulated {out['requests']} requests of {w.name} at {rate:.3g} req/s on "
-        f"{m.id} {plan.tp}x {d.id} (predicted μ {sr.rate_per_s:.3g} req/s)"
+        f"{m.id} {plan.tp}x {d.id}"
+        + (f" x PP{plan.pp} ({plan.pp} virtual engines)" if plan.pp > 1 else "")
+        + f" (predicted μ {sr.rate_per_s:.3g} req/s)"
     )
     rows = [
         [k.upper(), _ms(v.mean_s), _ms(v.p50_s), _ms(v.p90_s), _ms(v.p99_s)]

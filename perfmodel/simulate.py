@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -252,21 +253,109 @@ def simulate_workload(
     seed: int,
     max_time_s: float = math.inf,
     skip_ahead: bool = True,
+    engines: int = 1,
 ) -> SimResult:
-    """Sample ``n_requests`` from ``lengths`` with ``arrivals`` (None: all at t = 0)."""
+    """Sample ``n_requests`` from ``lengths`` with ``arrivals`` (None: all at t = 0).
+
+    ``engines > 1``: the requests are spread over that many virtual engines
+    (:func:`simulate_engines`)."""
     rng = np.random.default_rng(seed)
     s, o = lengths.sample(n_requests, rng)
     times = arrivals.times_s(n_requests, rng) if arrivals else np.zeros(n_requests)
-    return simulate(
-        setup.table,
-        arrival_s=times,
-        input_tokens=s,
-        output_tokens=o,
-        kv_capacity_tokens=setup.kv_capacity_tokens,
-        max_batched_tokens=setup.max_batched_tokens,
-        chunk_size=setup.chunk_size,
-        max_time_s=max_time_s,
-        skip_ahead=skip_ahead,
+    return simulate_engines(
+        setup, arrival_s=times, input_tokens=s, output_tokens=o, engines=engines,
+        seed=seed + 1, max_time_s=max_time_s, skip_ahead=skip_ahead,
+    )  # fmt: skip
+
+
+def simulate_engines(
+    setup: SimSetup,
+    *,
+    arrival_s: ArrayLike,
+    input_tokens: ArrayLike,
+    output_tokens: ArrayLike,
+    engines: int,
+    seed: int = 0,
+    max_time_s: float = math.inf,
+    skip_ahead: bool = True,
+) -> SimResult:
+    """Independent virtual engines sharing the arrivals (pipeline parallelism).
+
+    With ``pp`` stages an instance runs ``pp`` virtual engines (``perfmodel.step``):
+    ``setup`` is one of them (its table gives the virtual engine's iteration time, its KV
+    capacity is the engine's share). Each request goes to a uniformly random engine, so
+    a Poisson stream splits into independent Poisson streams of ``λ/pp`` — what
+    ``perfmodel.queueing`` assumes; vLLM adds a request to the least-loaded engine,
+    which can only do better. Each engine is simulated on its requests; the merged result
+    lists every request in arrival order, sums the counters, and sums the engines'
+    waiting queues and KV use at the union of their sample times.
+    """
+    if not (isinstance(engines, int) and engines >= 1):
+        raise SpecError(f"engines must be a positive integer, got {engines!r}")
+    t = np.asarray(arrival_s, dtype=np.float64)
+    s = np.asarray(input_tokens, dtype=np.int64)
+    o = np.asarray(output_tokens, dtype=np.int64)
+    kw: dict[str, Any] = {
+        "kv_capacity_tokens": setup.kv_capacity_tokens,
+        "max_batched_tokens": setup.max_batched_tokens,
+        "chunk_size": setup.chunk_size,
+        "max_time_s": max_time_s,
+        "skip_ahead": skip_ahead,
+    }
+    if engines == 1:
+        return simulate(setup.table, arrival_s=t, input_tokens=s, output_tokens=o, **kw)
+    which = np.random.default_rng(seed).integers(0, engines, size=t.size)
+    parts = []
+    for e in range(engines):
+        sel = which == e
+        if sel.any():
+            parts.append(
+                simulate(
+                    setup.table, arrival_s=t[sel], input_tokens=s[sel], output_tokens=o[sel],
+                    **kw,
+                )
+            )  # fmt: skip
+    return merge_results(parts)
+
+
+def _step_sum(times: list[Arr], values: list[IntArr]) -> tuple[Arr, IntArr]:
+    """Sum of right-continuous step functions (0 before their first sample)."""
+    grid = np.unique(np.concatenate(times)) if times else np.zeros(0)
+    total = np.zeros(grid.size, dtype=np.int64)
+    for t, v in zip(times, values, strict=True):
+        i = np.searchsorted(t, grid, side="right") - 1
+        total += np.where(i >= 0, v[np.maximum(i, 0)], 0) if v.size else 0
+    return grid, total
+
+
+def merge_results(parts: list[SimResult]) -> SimResult:
+    """One result from engines that ran side by side (see :func:`simulate_engines`)."""
+    if not parts:
+        raise SpecError("no simulation results to merge")
+    if len(parts) == 1:
+        return parts[0]
+    arr = np.concatenate([p.arrival_s for p in parts])
+    order = np.argsort(arr, kind="stable")
+
+    def cat(name: str) -> Any:
+        return np.concatenate([getattr(p, name) for p in parts])[order]
+
+    q_t, q_len = _step_sum([p.queue_t_s for p in parts], [p.queue_len for p in parts])
+    _, kv = _step_sum([p.queue_t_s for p in parts], [p.kv_used_tokens for p in parts])
+    return SimResult(
+        arrival_s=arr[order],
+        input_tokens=cat("input_tokens"),
+        output_tokens=cat("output_tokens"),
+        first_token_s=cat("first_token_s"),
+        finish_s=cat("finish_s"),
+        rejected=sum(p.rejected for p in parts),
+        preemptions=sum(p.preemptions for p in parts),
+        iterations=sum(p.iterations for p in parts),
+        busy_s=sum(p.busy_s for p in parts),
+        end_s=max(p.end_s for p in parts),
+        queue_t_s=q_t,
+        queue_len=q_len,
+        kv_used_tokens=kv,
     )
 
 
