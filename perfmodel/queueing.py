@@ -46,6 +46,14 @@ watermark; nothing is fitted to the simulator. Known limit: with chunks much sma
 than the prompts (``C`` = 512–2,048 for ``chat``) the engine admits requests whose later
 chunks do not fit and preempts others to run them; the recompute costs 14–25 % of the
 memory-bound throughput at ``M`` = 100,000, which this bound does not model.
+
+* :func:`stability` -> :class:`Stability`: verdict, utilization ``λ/μ`` and margin.
+* :func:`latency` -> :class:`perfmodel.latency.LatencyEstimate`: TTFT/TPOT means and
+  p50/p90/p99 at a rate.
+* :func:`slo_attainment`, :func:`goodput` -> :class:`Goodput`: SLO checks and the
+  largest rate meeting the attainment goal.
+* :func:`instances_needed` -> :class:`Sizing`: instances for an arrival rate.
+
 **Pipeline parallelism** (``plan.pp = P > 1``). The instance runs ``P`` virtual
 engines (vLLM), each with its own scheduler, token budget ``B``, ``⌊M/P⌋`` of the
 instance's KV tokens (vLLM V0 splits the cache blocks evenly) and iteration time
@@ -53,12 +61,6 @@ instance's KV tokens (vLLM V0 splits the cache blocks evenly) and iteration time
 full). New requests go to the least-loaded engine, so each sees ``λ/P``: ``μ`` is ``P``
 times a virtual engine's rate (both bounds), ``δ`` is that of one engine's cache, the
 latency at ``λ`` is an engine's at ``λ/P``, and an instance counts ``tp·P`` devices.
-* :func:`stability` -> :class:`Stability`: verdict, utilization ``λ/μ`` and margin.
-* :func:`latency` -> :class:`perfmodel.latency.LatencyEstimate`: TTFT/TPOT means and
-  p50/p90/p99 at a rate.
-* :func:`slo_attainment`, :func:`goodput` -> :class:`Goodput`: SLO checks and the
-  largest rate meeting the attainment goal.
-* :func:`instances_needed` -> :class:`Sizing`: instances for an arrival rate.
 """
 
 from __future__ import annotations
