@@ -70,8 +70,19 @@ class Link:
     topology: str = "switched"
     peers: int = 0
     peer_bw_per_direction_bytes_per_s: float = 0.0
+    #: the collective library's fixed (per-call) latencies on this system relative to the
+    #: reference NVLink system (hardware.comm); 1 unless measured otherwise
+    collective_base_latency_scale: float = 1.0
 
     def __post_init__(self) -> None:
+        if not (
+            math.isfinite(self.collective_base_latency_scale)
+            and self.collective_base_latency_scale > 0
+        ):
+            raise SpecError(
+                f"link {self.name!r}: collective_base_latency_scale must be > 0, got "
+                f"{self.collective_base_latency_scale}"
+            )
         if self.topology not in TOPOLOGIES:
             raise SpecError(
                 f"link {self.name!r}: topology {self.topology!r} is not one of {TOPOLOGIES}"
@@ -175,6 +186,7 @@ def _link(table: dict[str, Any] | None, where: str, *, default_topology: str) ->
         peer_bw_per_direction_bytes_per_s=_num(
             table, "peer_bw_per_direction_bytes_per_s", where, 0.0
         ),
+        collective_base_latency_scale=_num(table, "collective_base_latency_scale", where, 1.0),
     )
 
 

@@ -68,12 +68,22 @@ def test_qwen_in_node(qwen) -> None:
 
 def test_deepseek_across_nodes_is_comm_dominated(deepseek) -> None:
     assert deepseek.link == "scale-out" and deepseek.slots_per_gpu == 10
+    # Communication-dominated in the paper's sense: the dispatch + combine all-to-all over
+    # the 50 GB/s NIC is the largest single part of the MoE layer and at least half of it.
+    # 64 tokens/GPU: comm 339.6 us (each all-to-all 17.6 + 0.764 · 5 us of latency, the
+    # rest bandwidth), routed-expert block 300.8 us, shared expert 37.9 us: share 0.501,
+    # on the regime's 0.5 boundary. 512 tokens/GPU: 2417 / 546 / 62 us, share 0.799.
     for c in deepseek.cells:
-        assert c.regime == "comm-dominated" and c.comm_share > 0.6
-        assert 0.0 <= c.layer_gain < 0.04
+        assert c.regime == "comm-dominated" and c.comm_share > 0.5
+        assert c.comm_s > c.heuristic_block_s > c.shared_s
+        # the dispatcher's block gain shrinks in the layer: 4.6 % (block 9.9 %) at 64
+        # tokens/GPU, 0.5 % (block 2.5 %) at 512
+        assert 0.0 <= c.layer_gain < 0.05
     lo, hi = deepseek.cell(64, 1.0), deepseek.cell(512, 1.0)
-    assert lo.comm_share == pytest.approx(0.649, abs=0.02)
-    assert hi.comm_share == pytest.approx(0.816, abs=0.02)
+    assert lo.comm_share == pytest.approx(0.501, abs=0.005)
+    assert lo.comm_s == pytest.approx(339.6e-6, rel=1e-3)
+    assert lo.layer_gain == pytest.approx(0.046, abs=0.005)
+    assert hi.comm_share == pytest.approx(0.799, abs=0.02)
     # At 512 tokens/GPU the heuristic's tile-balance start reaches the MILP optimum
     # (546.3 us vs 560.5 us for the exact token balance): a 2.5% block gain shrinks to
     # 0.4% of the layer.

@@ -39,12 +39,14 @@ def _cfg(phase: str, tp: int) -> PhaseConfig:
 
 def test_kv_transfer_hand_derived() -> None:
     # OPT-13B KV: 2 (K,V) · 40 layers · 5120 · 2 B = 819,200 B/token; 755 tokens on TP1 ->
-    # 618.5 MB over NVLink 3 (300 GB/s per direction, 70 % efficiency, 5 us launch + 1 us hop)
+    # 618.5 MB over NVLink 3 (300 GB/s per direction, 70 % efficiency, 5 us launch + the
+    # link's 1.045 us latency, a100-sxm-80gb.toml): 5 + 2945.22 + 1.045 = 2951.26 us
     p, d = _cfg("prefill", 1), _cfg("decode", 1)
     link = kv_link(p, d)
     assert link.kind == "scale-up"
     t = float(kv_transfer_time_s(OPT, np.array([755.0]), prefill=p, decode=d, link=link)[0])
-    assert t == pytest.approx(5e-6 + 755 * 819_200 / (0.7 * 300e9) + 1e-6, rel=1e-9)
+    assert t == pytest.approx(5e-6 + 755 * 819_200 / (0.7 * 300e9) + 1.045e-6, rel=1e-9)
+    assert t == pytest.approx(2951.26e-6, rel=1e-5)
     # TP2 sender, TP1 receiver: the receiver holds all 618.5 MB -> same time
     p2 = _cfg("prefill", 2)
     t2 = kv_transfer_time_s(OPT, np.array([755.0]), prefill=p2, decode=d, link=kv_link(p2, d))

@@ -120,23 +120,35 @@ def test_default_roofline_vs_vidur_mlp(dev: str, device_id: str, model: str) -> 
 
 
 def test_collective_links_by_topology() -> None:
-    from hardware.comm import collective_time_s, link_for_group
+    from hardware.comm import collective_protocol, collective_time_s, link_for_group
 
     h100 = load_device("h100-sxm")
     mb = 64e6
-    # switched ring: 2 · 7/8 · 64 MB / (0.7 · 450 GB/s) + 5 µs + 2 · 7 hops · 1 µs
+    # hardware/comm.py, Simple regime (bandwidth-bound at 64 MB): B_Simple 17.6 µs +
+    # m 0.764 · s steps · L + (n + λ 0.353) · (64 MB / p) / (e 0.727 · bw).
+    # switched ring (NVSwitch, 8 H100): s = n = 2 · 7, L = 1 µs, bw = 450 GB/s
     t = float(collective_time_s("all_reduce", mb, group=8, link=link_for_group(h100, 8)))
-    assert t == pytest.approx(2 * 7 / 8 * mb / (0.7 * 450e9) + 5e-6 + 14e-6)
-    # mesh (MI300X): 7 links of 64 GB/s in parallel, one hop per phase
+    assert t == pytest.approx(17.6e-6 + 0.764 * 14 * 1e-6 + 14.353 * 8e6 / (0.727 * 450e9))
+    assert t == pytest.approx(379.28e-6, rel=1e-4)
+    assert collective_protocol("all_reduce", mb, group=8, link=link_for_group(h100, 8)) == "Simple"
+    # mesh (MI300X): 7 links of 64 GB/s in parallel (448 GB/s), one step per phase (s = 2),
+    # L = 5 µs, still n = 14 chunks
     mi = load_device("mi300x")
     t = float(collective_time_s("all_reduce", mb, group=8, link=link_for_group(mi, 8)))
-    assert t == pytest.approx(2 * 7 / 8 * mb / (0.7 * 448e9) + 5e-6 + 2 * 5e-6)
-    # ... but a pair on the mesh gets one 64 GB/s link
+    assert t == pytest.approx(17.6e-6 + 0.764 * 2 * 5e-6 + 14.353 * 8e6 / (0.727 * 448e9))
+    assert t == pytest.approx(377.79e-6, rel=1e-4)
+    # ... but a pair on the mesh gets one 64 GB/s link: n = 2 chunks of 32 MB
     t2 = float(collective_time_s("all_reduce", mb, group=2, link=link_for_group(mi, 2)))
-    assert t2 == pytest.approx(2 * 0.5 * mb / (0.7 * 64e9) + 5e-6 + 2 * 5e-6)
+    assert t2 == pytest.approx(17.6e-6 + 0.764 * 2 * 5e-6 + 2.353 * 32e6 / (0.727 * 64e9))
+    assert t2 == pytest.approx(1643.5e-6, rel=1e-4)
     # MI250X: two dies of one package talk over the 200 GB/s die link
     assert link_for_group(load_device("mi250x"), 2).name == "die-to-die"
     # L40S has no scale-up link: TP goes over the NIC/PCIe
     assert link_for_group(load_device("l40s"), 2).topology != "none"
-    # 16 H100s exceed one NVLink domain: scale-out NIC (50 GB/s)
-    assert link_for_group(h100, 16).bw_per_direction_bytes_per_s == 50e9
+    # 16 H100s exceed one NVLink domain: scale-out NIC (50 GB/s, L = 5 µs), ring of
+    # s = n = 2 · 15
+    nic = link_for_group(h100, 16)
+    assert nic.bw_per_direction_bytes_per_s == 50e9
+    t16 = float(collective_time_s("all_reduce", mb, group=16, link=nic))
+    assert t16 == pytest.approx(17.6e-6 + 0.764 * 30 * 5e-6 + 30.353 * 4e6 / (0.727 * 50e9))
+    assert t16 == pytest.approx(3472.3e-6, rel=1e-4)
