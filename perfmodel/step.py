@@ -103,8 +103,10 @@ class StepTime:
 def _time_op(op: Op, prof: Roofline, device: Device, plan: ParallelPlan) -> OpTime:
     n = op.count
     if op.kind == "comm":
-        if op.collective == "p2p":  # between pipeline stages: one sender, one receiver
-            group, link = 2, link_for_group(device, plan.tp * plan.pp)
+        if op.name == "pp_p2p_nic":  # between stages on different nodes
+            group, link = 2, link_for_group(device, node_size(device) + 1)
+        elif op.collective == "p2p":  # between stages of one node (one sender, one receiver)
+            group, link = 2, link_for_group(device, min(plan.tp * plan.pp, node_size(device)))
         else:  # inside one stage's tensor-parallel group
             group, link = plan.tp, link_for_group(device, plan.tp)
         t = collective_time_s(op.collective, op.bytes, group=group, link=link)  # type: ignore[arg-type]
@@ -157,12 +159,41 @@ def stage_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch, stage: int) ->
     ]
 
 
-def pipeline_hop_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op]:
-    """The ``pp − 1`` stage-boundary crossings of one micro-batch (bytes per device)."""
+def node_size(device: Device) -> int:
+    """Devices of one scale-up domain (a node): ``peers + 1``, or 1 without a scale-up link."""
+    su = device.scale_up
+    return su.peers + 1 if su.topology != "none" and su.bw_per_direction_bytes_per_s > 0 else 1
+
+
+def crossing_boundaries(plan: ParallelPlan, node: int) -> int:
+    """Stage boundaries whose send leaves a node: stage ``s`` holds devices
+    ``[s·tp, (s+1)·tp)``, nodes hold ``node`` consecutive devices, and rank ``r`` of stage
+    ``b`` sends to rank ``r`` of stage ``b + 1``."""
+    tp = plan.tp
+    return sum(
+        any((b * tp + r) // node != ((b + 1) * tp + r) // node for r in range(tp))
+        for b in range(plan.pp - 1)
+    )
+
+
+def pipeline_hop_ops(
+    model: ModelSpec, plan: ParallelPlan, batch: Batch, device: Device
+) -> list[Op]:
+    """The ``pp − 1`` stage-boundary crossings of one micro-batch (bytes per device).
+
+    ``pp_p2p`` are the boundaries inside a node (the scale-up link), ``pp_p2p_nic`` those
+    between nodes (the NIC; :func:`crossing_boundaries`): TP4 x PP4 on two 8-GPU nodes
+    has two of the first and one of the second.
+    """
     act = 2 * batch.tokens * model.hidden * plan.act_bytes  # hidden states + residual
     z = np.zeros_like(act)
     n = plan.pp - 1
-    ops = [Op("pp_p2p", "comm", z, act / plan.tp, n, collective="p2p")]
+    inter = crossing_boundaries(plan, node_size(device))
+    ops = []
+    if n - inter > 0:
+        ops.append(Op("pp_p2p", "comm", z, act / plan.tp, n - inter, collective="p2p"))
+    if inter > 0:
+        ops.append(Op("pp_p2p_nic", "comm", z, act / plan.tp, inter, collective="p2p"))
     if plan.tp > 1:
         ops.append(Op("pp_allgather", "comm", z, act, n, collective="all_gather"))
     return ops
@@ -182,7 +213,9 @@ def _pipeline_step(
         for ops in stages
     )
     slowest = np.argmax(np.stack(stage_s), axis=0)  # the bottleneck stage, per batch element
-    hops = [_time_op(op, prof, device, plan) for op in pipeline_hop_ops(model, plan, batch)]
+    hops = [
+        _time_op(op, prof, device, plan) for op in pipeline_hop_ops(model, plan, batch, device)
+    ]
     # the op counts are those of the stage that is slowest most often
     label = int(np.bincount(np.ravel(slowest), minlength=pp).argmax())
     names: list[str] = []

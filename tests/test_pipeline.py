@@ -199,13 +199,33 @@ def test_inter_node_stage_boundary_uses_the_nic() -> None:
     intra = step_time(L405, H100, prefill, plan=ParallelPlan(tp=4, pp=2))  # 8 GPUs, 1 node
     nic = H100.scale_out
     assert nic is not None and nic.bw_per_direction_bytes_per_s == 50e9
-    assert float(inter.op("pp_p2p").total_s) == pytest.approx(
+    assert float(inter.op("pp_p2p_nic").total_s) == pytest.approx(
         _hop_s(50e9, 5e-6, act_slice), rel=1e-12
     )  # 67 MB at 0.7 x 50 GB/s: 1.93 ms
     assert float(intra.op("pp_p2p").total_s) == pytest.approx(
         _hop_s(450e9, 1e-6, 2 * 8192 * 16384 * 2 / 4), rel=1e-12
     )  # twice the slice over NVLink: 0.43 ms
-    assert float(inter.op("pp_p2p").total_s) > 4 * float(intra.op("pp_p2p").total_s)
+    assert float(inter.op("pp_p2p_nic").total_s) > 4 * float(intra.op("pp_p2p").total_s)
+    assert "pp_p2p" not in {o.name for o in inter.ops}  # its one boundary leaves the node
+
+
+def test_only_the_boundaries_between_nodes_use_the_nic() -> None:
+    """TP4 x PP4 on two 8-GPU H100 nodes: stages 0-1 on node 0, 2-3 on node 1, so of the
+    three boundaries one crosses InfiniBand and two stay on NVLink."""
+    from perfmodel.step import crossing_boundaries, node_size
+
+    assert node_size(H100) == 8
+    plan = ParallelPlan(tp=4, pp=4)
+    assert crossing_boundaries(plan, 8) == 1
+    assert crossing_boundaries(ParallelPlan(tp=8, pp=3), 8) == 2
+    assert crossing_boundaries(ParallelPlan(tp=2, pp=4), 8) == 0
+    assert crossing_boundaries(ParallelPlan(tp=3, pp=3), 8) == 1  # rank 2 of stage 1 -> 8
+    batch = Batch.prefill(1, 4096)
+    st = step_time(L405, H100, batch, plan=plan)
+    slice_b = 2 * 4096 * 16384 * 2 / 4
+    assert st.op("pp_p2p").count == 2 and st.op("pp_p2p_nic").count == 1
+    assert float(st.op("pp_p2p").total_s) == pytest.approx(2 * _hop_s(450e9, 1e-6, slice_b))
+    assert float(st.op("pp_p2p_nic").total_s) == pytest.approx(_hop_s(50e9, 5e-6, slice_b))
 
 
 # ---- memory --------------------------------------------------------------------------------
@@ -376,6 +396,6 @@ def test_estimate_cli_pp() -> None:
     d = json.loads(r.output)
     assert (d["pp"], d["devices"], d["micro_batch"]) == (2, 16, 32)
     assert d["memory"]["fits"]
-    assert {"pp_p2p", "pp_allgather"} <= {o["op"] for o in d["decode_breakdown"]}
+    assert {"pp_p2p_nic", "pp_allgather"} <= {o["op"] for o in d["decode_breakdown"]}
     human = runner.invoke(app, ["estimate", "--model", "llama-3.1-405b", "--tp", "8", "--pp", "2"])
     assert human.exit_code == 0 and "(TP8 x PP2)" in human.output
