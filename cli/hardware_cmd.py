@@ -98,7 +98,13 @@ def show_cmd(
     typer.echo(
         f"scale-up: {su.name or 'none'} ({su.topology}), "
         f"{su.bw_per_direction_bytes_per_s / 1e9:.0f} GB/s per direction, "
-        f"{su.peer_bw_per_direction_bytes_per_s / 1e9:.0f} GB/s per peer, {su.peers} peers"
+        f"{su.peer_bw_per_direction_bytes_per_s / 1e9:.0f} GB/s per peer, {su.peers} peers, "
+        f"{su.latency_s * 1e6:.3g} µs per hop"
+        + (
+            f", collective fixed costs x{su.collective_base_latency_scale:g} (measured)"
+            if su.collective_base_latency_scale != 1.0
+            else ""
+        )
     )
     typer.echo(
         f"host link: {d.host_link.name}, "
