@@ -56,6 +56,12 @@ def _setup(model: str | None, hardware: str, profile: str = "derived") -> tuple[
             f"--profile {profile} was fitted for {op}, but {m.id}'s expert is {want}; "
             "fit a profile for this expert shape"
         )
+    if prof.residual is not None:
+        raise fail(
+            f"--profile {profile} carries a measured residual surface; the dispatch "
+            "optimizer works on the profile's pieces and cannot use it: fit the expert "
+            "profile without --residual"
+        )
     return m, d, prof
 
 

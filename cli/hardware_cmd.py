@@ -99,9 +99,10 @@ def show_cmd(
         f"scale-up: {su.name or 'none'} ({su.topology}), "
         f"{su.bw_per_direction_bytes_per_s / 1e9:.0f} GB/s per direction, "
         f"{su.peer_bw_per_direction_bytes_per_s / 1e9:.0f} GB/s per peer, {su.peers} peers, "
-        f"{su.latency_s * 1e6:.3g} µs per hop"
+        f"{su.latency_s * 1e6:.4g} µs per hop"
         + (
-            f", collective fixed costs x{su.collective_base_latency_scale:g} (measured)"
+            f", collective fixed costs x{su.collective_base_latency_scale:g} (fitted to NCCL "
+            "measurements; see the catalog file)"
             if su.collective_base_latency_scale != 1.0
             else ""
         )

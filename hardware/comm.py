@@ -250,6 +250,13 @@ def collective_protocol(
     return np.where(b > 0, names[_regimes(kind, b, group, link, bw).argmin(axis=0)], "")
 
 
+def scale_up_domain_size(device: Device) -> int:
+    """Devices of one scale-up domain (a node): ``peers + 1``, or 1 without a scale-up link
+    (PCIe-only cards: every inter-device send then goes over the fallback link)."""
+    su = device.scale_up
+    return su.peers + 1 if su.topology != "none" and su.bw_per_direction_bytes_per_s > 0 else 1
+
+
 def link_for_group(device: Device, group: int) -> Link:
     """The link a tensor-parallel group of ``group`` devices talks over.
 

@@ -257,11 +257,13 @@ def fit_steps(
     max_pieces: int = DEFAULT_MAX_PIECES,
     folds: int = DEFAULT_FOLDS,
     residual: bool = False,
+    holdout: bool = False,
 ) -> int:
-    """Number of ``progress(1)`` calls :func:`fit_profile` makes (one per fit)."""
+    """Number of ``progress(1)`` calls :func:`fit_profile` makes (one per fit); ``holdout``:
+    whether rows are held out (then the residual surface needs no cross-validation)."""
     if pieces is None:
         return max_pieces * folds + 1
-    return 1 + (folds if residual else 0)
+    return 1 + (folds if residual and not holdout else 0)
 
 
 def fit_profile(
@@ -306,7 +308,8 @@ def fit_profile(
     test = np.zeros(n, dtype=bool) if holdout is None else np.asarray(holdout, dtype=bool)
     train = np.flatnonzero(~test)
     cv: dict[int, float] = {}
-    fold = group_folds(g[train], folds, seed=seed) if (pieces is None or residual) else None
+    need_cv = pieces is None or (residual and not test.any())
+    fold = group_folds(g[train], folds, seed=seed) if need_cv else None
     fold_fits: dict[int, list[tuple[NDArray[np.intp], MaxAffine]]] = {}
 
     def cv_fits(K: int) -> list[tuple[NDArray[np.intp], MaxAffine]]:

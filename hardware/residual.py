@@ -14,12 +14,13 @@ Where measurements exist, a profile can carry them as a *residual surface*:
     r_i  = log(t_measured,i / maxaffine(x_i)),
 
 with distances in standardized log-feature space (``z = (log(x + offset) − centre) /
-scale`` per feature; constant features dropped), so two GEMMs are near when their sizes
-are near in ratio. Away from the measurements the correction fades to zero: it is full
-within ``radius`` of the nearest fitting row and falls linearly to none at twice that
-(``radius`` = the 90th percentile of the fitting rows' nearest-neighbour distances), so
-extrapolation is the pure max-affine profile. The pieces, regimes and crossovers of the
-profile are unchanged; only its predicted times are corrected.
+scale`` per feature; a feature constant in the rows keeps scale 1), so two GEMMs are
+near when their sizes are near in ratio. Away from the measurements the correction
+fades to zero: it is full within ``radius`` of the nearest fitting row and falls
+linearly to none at twice that (``radius`` = the 90th percentile of the
+nearest-neighbour distances between distinct fitting points), so extrapolation is the
+pure max-affine profile. The pieces, regimes and crossovers of the profile are
+unchanged; only its predicted times are corrected.
 """
 
 from __future__ import annotations
@@ -183,23 +184,29 @@ def build_surface(
     offset_all = np.where(np.isfinite(pos), LOG_OFFSET_FRACTION * pos, 1.0)
     L = np.log(Xa + offset_all)
     sd = L.std(axis=0)
-    used = sd > 1e-12 * np.maximum(1.0, np.abs(L).max(axis=0))
-    if not used.any():
+    varies = sd > 1e-12 * np.maximum(1.0, np.abs(L).max(axis=0))
+    if not varies.any():
         raise SpecError("residual surface: every feature is constant; nothing to look up")
-    centre = L[:, used].mean(axis=0)
-    scale = sd[used]
-    Z = (L[:, used] - centre) / scale
+    # Every feature takes part: one that was constant in the rows keeps scale 1 (one
+    # e-fold = one unit), so a query away from that constant is far from the data too.
+    used = np.ones(len(sd), dtype=bool)
+    centre = L.mean(axis=0)
+    scale = np.where(varies, sd, 1.0)
+    Z = (L - centre) / scale
     from scipy.spatial import cKDTree
 
-    dist, _ = cKDTree(Z).query(Z, k=min(2, len(Z)))
-    nn = dist[:, -1][dist[:, -1] > 0] if len(Z) > 1 else np.zeros(0)
+    # the spacing of the measured points: nearest-neighbour distances between *distinct*
+    # points (repeated measurements of one shape are at distance 0)
+    U = np.unique(Z, axis=0)  # >= 2 points: some feature varies
+    dist, _ = cKDTree(U).query(U, k=2)
+    nn = dist[:, 1]
     return ResidualSurface(
         used=used,
-        offset=offset_all[used],
+        offset=offset_all,
         centre=centre,
         scale=scale,
         points=Z,
         log_ratio=np.log(ya / pa),
         neighbours=neighbours,
-        radius=float(np.quantile(nn, 0.9)) if len(nn) else 0.0,
+        radius=float(np.quantile(nn, 0.9)),
     )

@@ -316,7 +316,8 @@ def latency(service: ServiceRate, rate_per_s: float) -> LatencyEstimate:
     """TTFT and TPOT (means, p50/p90/p99) at ``rate_per_s`` (see ``perfmodel.latency``).
 
     With ``pp`` virtual engines: those of one engine at ``rate_per_s/pp`` (its
-    ``decode_batch``, ``kv_load`` and ``step_s`` are the engine's).
+    ``decode_batch``, ``kv_load`` and ``step_s`` are the engine's), whose arrivals are a
+    random ``1/pp`` thinning of the instance's: inter-arrival CV² ``1 + (c² − 1)/pp``.
     """
     st = stability(service, rate_per_s)
     pp = service.plan.pp
@@ -332,7 +333,9 @@ def latency(service: ServiceRate, rate_per_s: float) -> LatencyEstimate:
             1, int((service.effective_kv_tokens or service.kv_capacity_tokens) / pp)
         ),
         max_batched_tokens=service.max_batched_tokens,
-        arrival_cv=service.workload.arrival_cv,
+        # each engine gets a random 1/pp of a renewal stream: a thinned renewal process,
+        # CV² = 1 + (c² − 1)/pp (Poisson stays Poisson)
+        arrival_cv=math.sqrt(1.0 + (service.workload.arrival_cv**2 - 1.0) / pp),
         full_step_s=service.full_step_s,
         stable=st.stable,
     )

@@ -19,9 +19,10 @@ otherwise (the exact cycle of this loop is ``max(P·max_s t_s, Σ_s t_s + (P −
 the hop is then partly hidden behind the slowest stage). A hop follows vLLM's
 ``send_tensor_dict(..., all_gather_group=tp_group)``: the stage output (hidden states
 and residual, ``2·tokens·hidden`` activations) leaves as ``1/tp`` slices, one per TP
-rank, over the link between the stages (``pp_p2p``: the scale-up link when all ``tp·pp``
-devices share a scale-up domain, else the scale-out NIC), and is all-gathered inside
-the next stage's TP group (``pp_allgather``). The breakdown lists what one device of
+rank, over the link between the two stages (``pp_p2p`` inside a node: the scale-up
+link; ``pp_p2p_nic`` between nodes: the scale-out NIC; a stage's TP group must not
+straddle two nodes), and is all-gathered inside the next stage's TP group
+(``pp_allgather``). The breakdown lists what one device of
 the slowest stage executes during one iteration (its ops for ``P`` micro-batches,
 ``count`` and times ``× P``) plus the two hop ops, so the ops still sum to the total.
 """
@@ -33,10 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from hardware.comm import collective_time_s, link_for_group
+from hardware.comm import collective_time_s, link_for_group, scale_up_domain_size
 from hardware.device import Device
 from hardware.roofline import Roofline
 from perfmodel.batch import Batch
+from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.ops import Op, attention_ops, elementwise_op, head_ops, layer_ops, mlp_ops
 from perfmodel.parallel import ParallelPlan
@@ -104,9 +106,10 @@ def _time_op(op: Op, prof: Roofline, device: Device, plan: ParallelPlan) -> OpTi
     n = op.count
     if op.kind == "comm":
         if op.name == "pp_p2p_nic":  # between stages on different nodes
-            group, link = 2, link_for_group(device, node_size(device) + 1)
+            group, link = 2, link_for_group(device, scale_up_domain_size(device) + 1)
         elif op.collective == "p2p":  # between stages of one node (one sender, one receiver)
-            group, link = 2, link_for_group(device, min(plan.tp * plan.pp, node_size(device)))
+            node = scale_up_domain_size(device)
+            group, link = 2, link_for_group(device, min(plan.tp * plan.pp, node))
         else:  # inside one stage's tensor-parallel group
             group, link = plan.tp, link_for_group(device, plan.tp)
         t = collective_time_s(op.collective, op.bytes, group=group, link=link)  # type: ignore[arg-type]
@@ -159,12 +162,6 @@ def stage_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch, stage: int) ->
     ]
 
 
-def node_size(device: Device) -> int:
-    """Devices of one scale-up domain (a node): ``peers + 1``, or 1 without a scale-up link."""
-    su = device.scale_up
-    return su.peers + 1 if su.topology != "none" and su.bw_per_direction_bytes_per_s > 0 else 1
-
-
 def crossing_boundaries(plan: ParallelPlan, node: int) -> int:
     """Stage boundaries whose send leaves a node: stage ``s`` holds devices
     ``[s·tp, (s+1)·tp)``, nodes hold ``node`` consecutive devices, and rank ``r`` of stage
@@ -188,7 +185,7 @@ def pipeline_hop_ops(
     act = 2 * batch.tokens * model.hidden * plan.act_bytes  # hidden states + residual
     z = np.zeros_like(act)
     n = plan.pp - 1
-    inter = crossing_boundaries(plan, node_size(device))
+    inter = crossing_boundaries(plan, scale_up_domain_size(device))
     ops = []
     if n - inter > 0:
         ops.append(Op("pp_p2p", "comm", z, act / plan.tp, n - inter, collective="p2p"))
@@ -203,6 +200,12 @@ def _pipeline_step(
     model: ModelSpec, device: Device, batch: Batch, plan: ParallelPlan, prof: Roofline
 ) -> StepTime:
     pp = plan.pp
+    node = scale_up_domain_size(device)
+    if plan.tp * pp > node and plan.tp <= node and node % plan.tp:
+        raise SpecError(
+            f"TP{plan.tp} x PP{pp} on {device.id} ({node} devices per node): some stage's "
+            f"tensor-parallel group would straddle two nodes; use a TP that divides {node}"
+        )
     shape = np.shape(batch.tokens)
     stages = [
         [_time_op(op, prof, device, plan) for op in stage_ops(model, plan, batch, s)]

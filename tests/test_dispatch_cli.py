@@ -202,3 +202,25 @@ def test_profile_mismatch_is_a_clear_error(
         "dispatch", "solve", "--model", "qwen3-235b-a22b", "--tokens", "8", "--profile", str(f)
     )
     assert code == 2 and msg in err and "Traceback" not in err + out
+
+
+def test_profile_with_a_residual_surface_is_refused(tmp_path: Path) -> None:
+    """The dispatch optimizer works on the pieces; a residual surface would be ignored
+    silently, so it is an error."""
+    import numpy as np
+
+    from hardware.maxaffine import MaxAffine, Provenance
+    from hardware.profile_io import profile_to_toml
+    from hardware.residual import build_surface
+
+    prof = MaxAffine(
+        ("G", "N"), np.zeros(2), np.array([[1e-5, 0.0], [0.0, 1e-12]]),
+        provenance=Provenance("h100-sxm", "moe_expert_4096x1536x3", source="t.csv"),
+    )  # fmt: skip
+    X = np.c_[np.repeat([1.0, 2.0, 4.0], 4), np.tile([16.0, 64.0, 256.0, 1024.0], 3)]
+    f = tmp_path / "p.toml"
+    f.write_text(profile_to_toml(prof.with_residual(build_surface(X, prof(X) * 1.1, prof(X)))))
+    code, out, err = run(
+        "dispatch", "solve", "--model", "qwen3-235b-a22b", "--tokens", "8", "--profile", str(f)
+    )
+    assert code == 2 and "residual surface" in err and "Traceback" not in err + out

@@ -212,9 +212,10 @@ def test_inter_node_stage_boundary_uses_the_nic() -> None:
 def test_only_the_boundaries_between_nodes_use_the_nic() -> None:
     """TP4 x PP4 on two 8-GPU H100 nodes: stages 0-1 on node 0, 2-3 on node 1, so of the
     three boundaries one crosses InfiniBand and two stay on NVLink."""
-    from perfmodel.step import crossing_boundaries, node_size
+    from hardware.comm import scale_up_domain_size
+    from perfmodel.step import crossing_boundaries
 
-    assert node_size(H100) == 8
+    assert scale_up_domain_size(H100) == 8
     plan = ParallelPlan(tp=4, pp=4)
     assert crossing_boundaries(plan, 8) == 1
     assert crossing_boundaries(ParallelPlan(tp=8, pp=3), 8) == 2

@@ -1,5 +1,10 @@
 """Pipeline parallelism in the simulator: virtual engines, merged results, and the
-analytic model (pp virtual engines at λ/pp) against them."""
+analytic model (pp virtual engines at λ/pp) against them.
+
+Both sides take the virtual engine's iteration time from ``perfmodel.step`` (pp × the
+slowest stage + hops): this checks the queueing over pp engines (the split of arrivals,
+KV capacity and latency), not the pipeline step formula itself, for which
+``../shared/data`` has no measurements."""
 
 from __future__ import annotations
 
@@ -108,3 +113,23 @@ def test_simulate_cli_runs_pipelines() -> None:
     assert (d["pp"], d["devices"], d["completed"]) == (2, 8, 3000)
     # the default rate is 70 % of the instance's μ: the engines keep up with it
     assert d["throughput_per_s"] == pytest.approx(d["rate_per_s"], rel=0.1)
+
+
+def test_each_virtual_engine_sees_thinned_arrivals() -> None:
+    """A random 1/pp of a renewal stream with CV 2 has CV² = 1 + 3/pp: at pp = 4 the
+    engines' arrivals are much smoother than the instance's. Simulated mean TTFT at 0.7 μ
+    (8B, H100, chat): pp 1 126.9 ms, pp 4 84.9 ms; analytic 81.7 / 70.4 ms — the known
+    burstiness gap (-36 %) shrinks to -17 % as the thinning smooths the stream; with the
+    instance's CV on every engine it was +8 % (the sign flipped with pp)."""
+    m, d, w = load_model("llama-3.1-8b"), load_device("h100-sxm"), preset("chat", arrival_cv=2.0)
+    sr = q.service_rate(m, d, ParallelPlan(tp=1, pp=4), w)
+    setup = make_setup(
+        m, d, sr.plan, kv_capacity_tokens=sr.engine_kv_capacity_tokens,
+        max_batched_tokens=sr.max_batched_tokens,
+    )  # fmt: skip
+    lam = 0.7 * sr.rate_per_s
+    r = simulate_workload(setup, w.lengths, w.arrivals(lam), n_requests=30000, seed=5, engines=4)
+    keep = (r.arrival_s >= 0.1 * r.arrival_s[-1]) & np.isfinite(r.first_token_s)
+    sim = (r.first_token_s - r.arrival_s)[keep].mean()
+    est = q.latency(sr, lam).ttft_mean_s
+    assert 0.7 * sim < est < sim

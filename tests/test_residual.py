@@ -113,3 +113,30 @@ def test_gemm_profile_with_residual_surface_meets_five_percent_on_heldout_shapes
     # the surface never replaces the pieces: the pure form is the plain fit
     plain = fit_max_affine(X[~test], y[~test], pieces=pieces, features=GEMM_FEATURES, seed=0)
     np.testing.assert_allclose(res.profile.pure()(X), plain(X), rtol=1e-12)
+
+
+def test_repeated_measurements_do_not_switch_the_surface_off() -> None:
+    """Every shape measured twice: the reach comes from distinct points, not the zero
+    distance between a shape's two rows (which would make it reach nothing)."""
+    X, y = _grid()
+    X2, y2 = np.vstack([X, X]), np.r_[y, y * 1.01]
+    once = build_surface(X, y, PROFILE(X))
+    twice = build_surface(X2, y2, PROFILE(X2))
+    assert twice.radius == pytest.approx(once.radius) and twice.radius > 0
+    mid = np.array([[np.sqrt(200.0 * 300.0), 50.0]])
+    assert PROFILE.with_residual(twice)(mid)[0] / PROFILE(mid)[0] == pytest.approx(1.3, rel=0.02)
+    with pytest.raises(SpecError, match="every feature is constant"):
+        build_surface(X[:1].repeat(5, axis=0), y[:1].repeat(5), PROFILE(X[:1]).repeat(5))
+
+
+def test_a_feature_constant_in_the_data_still_counts_as_distance() -> None:
+    """Fitted at v = 100 only: at v = 100 the step is corrected; 100x away in v (the
+    feature the data never varied) the profile is the pure form again."""
+    u = np.geomspace(10, 1e4, 30)
+    X = np.c_[u, np.full(30, 100.0)]
+    y = PROFILE(X) * np.where((u >= 100) & (u < 1000), 1.5, 1.0)
+    prof = PROFILE.with_residual(build_surface(X, y, PROFILE(X)))
+    q = np.array([[300.0, 100.0], [300.0, 1e4], [300.0, 1.0]])
+    ratio = prof(q) / PROFILE(q)
+    assert ratio[0] == pytest.approx(1.5, rel=1e-6)
+    np.testing.assert_allclose(ratio[1:], 1.0)
