@@ -59,15 +59,28 @@ ones:
 * "LL128": ~16 KB-2 MB, where NCCL also runs few channels (35 %);
 * "Simple": the bandwidth regime (73 % of per-direction NVLink).
 
+**NVLink SHARP (NVLS).** On a link with ``in_switch_reduction`` (NVSwitch 3 / 4: H100,
+H200, B200 HGX) NCCL reduces all-reduce in the switch: each device sends its buffer once
+into the switch and receives the reduced result once, so a fourth regime
+``t = f · B + m · L + bytes / (e · bw)`` (one step, no ring fill) joins the minimum for
+an all-reduce of a dtype the switch reduces (fp16, bf16, fp32; not int8 / fp8; ``dtype``
+None = a 16-bit float). Its two constants (:data:`NVLS`: 71.2 us, 58.6 % of the link)
+are fitted on the H100 fp16 all-reduce rows (2 and 8 GPUs, the others fixed). The data
+show NVLS on 8 GPUs only: on 2 and 4 the fp16 rows take the time of the int8 ones of the
+same bytes, on 8 fp16 takes 0.79x; NCCL's tuner picks it by group size, so the regime
+applies from :data:`NVLS_MIN_GROUP` = 8 (which also makes 8 GPUs faster than 7 for a
+large fp16 all-reduce, as measured: 8 H100 beat 4 at 512 MiB). The large base latency
+is the effective one (NVLS wins from 32 MiB); small NVLS messages are not measured.
+Fp16 on 8 H100 at >= 64 MB: 1.22-1.41x the measured time before, 0.998-1.006x now;
+H100 all-reduce MdAPE over all rows 4.5 -> 4.0 % (the held-out 4-GPU rows, 4.5 %, do
+not use NVLS).
+
 Median absolute error on the held-out 4-GPU rows, H100: all-reduce 4.5 %, all-gather
 3.2 %, reduce-scatter 4.1 %, all-to-all 14.2 %; A100: 3.4 / 5.7 / 7.4 / 9.4 %. The
 single-regime model before (``0.70·bw``, ``p-1`` hops of 1 us per phase, plus 5 us) had
 11.4 % (H100) and 28.9 % (A100) on held-out all-reduce. What the data show and this
 model does not:
 
-* fp16 all-reduce on 8 H100 at >= 64 MB is 1.2-1.4x faster than modeled: NCCL uses
-  NVLink SHARP (in-switch reduction, NVSwitch 3); the int8 rows, which it does not
-  reduce, are within 11 %. Modeling it needs a device capability ``Device`` lacks;
 * H100 all-reduce at >= 64 MB (the rows without SHARP): model 0-16 % high, median 9 %
   (H100 reaches a slightly higher share of NVLink than the A100 it shares the
   constants with);
@@ -92,6 +105,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from hardware.device import Device, Link
 from hardware.roofline import DEFAULT_OVERHEAD_S
+from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"]
@@ -138,6 +152,18 @@ NCCL_PROTOCOLS: tuple[Protocol, ...] = (
 STEP_LATENCIES = 0.764
 #: chunks (of bytes / p) per collective that do not overlap with the wire
 EXTRA_CHUNKS = 0.353
+
+# NVLink SHARP (NVLS) all-reduce, on a link with ``in_switch_reduction``: each device
+# sends its buffer once into the switch and receives the reduced result once, one step
+# (NCCL's NVLS latency is one intra-node hop, src/graph/tuning.cc), so
+# ``t = f · B + m · L + bytes / (e · bw)``. Fitted by benchmarks/bench_comm.py on the
+# 8-GPU fp16 all-reduce rows of H100-SXM, the other constants fixed.
+NVLS = Protocol("NVLS", base_latency_s=71.2e-6, efficiency=0.586)
+#: dtypes the switch reduces (NVLS multimem reductions: no int8 / fp8)
+NVLS_DTYPES = frozenset({"fp16", "bf16", "fp32"})
+#: smallest group NCCL ran NVLS for in the data: the 2- and 4-GPU fp16 rows take the
+#: time of the int8 ones (no in-switch reduction), the 8-GPU ones up to 1.27x less
+NVLS_MIN_GROUP = 8
 
 
 def egress_bw_bytes_per_s(link: Link, group: int) -> float:
@@ -203,14 +229,38 @@ def _check(kind: str, group: int, link: Link) -> float:
     return bw
 
 
+def uses_in_switch_reduction(kind: str, group: int, link: Link, dtype: str | None) -> bool:
+    """Whether the NVLS regime is a candidate: an all-reduce of ``group`` >=
+    :data:`NVLS_MIN_GROUP` devices on a link with in-switch reduction, in a dtype the switch
+    reduces (``None``: assume a 16-bit float, the common tensor-parallel case)."""
+    name = "bf16" if dtype is None else get_dtype(dtype).name
+    return (
+        kind == "all_reduce"
+        and link.in_switch_reduction
+        and group >= NVLS_MIN_GROUP
+        and name in NVLS_DTYPES
+    )
+
+
 def _regimes(
-    kind: Collective, b: NDArray[np.float64], group: int, link: Link, bw: float
-) -> NDArray[np.float64]:
+    kind: Collective,
+    b: NDArray[np.float64],
+    group: int,
+    link: Link,
+    bw: float,
+    dtype: str | None,
+) -> tuple[NDArray[np.float64], tuple[Protocol, ...]]:
     chunks = _PHASES[kind] * (group - 1)
     steps = algorithm_steps(kind, group, link.topology)
-    return regime_times_s(
-        b / group, chunks, steps, link.latency_s, bw, base_scale=link.collective_base_latency_scale
+    scale = link.collective_base_latency_scale
+    ring = regime_times_s(b / group, chunks, steps, link.latency_s, bw, base_scale=scale)
+    if not uses_in_switch_reduction(kind, group, link, dtype):
+        return ring, NCCL_PROTOCOLS
+    # the whole buffer once each way (chunk = bytes, one "chunk", no ring fill), one step
+    nvls = regime_times_s(
+        b, 1.0, 1, link.latency_s, bw, protocols=(NVLS,), extra_chunks=0.0, base_scale=scale
     )
+    return np.concatenate([ring, nvls]), (*NCCL_PROTOCOLS, NVLS)
 
 
 def collective_time_s(
@@ -219,8 +269,10 @@ def collective_time_s(
     *,
     group: int,
     link: Link,
+    dtype: str | None = None,
 ) -> NDArray[np.float64]:
-    """Seconds for one collective of ``bytes_`` per device over ``group`` devices."""
+    """Seconds for one collective of ``bytes_`` per device over ``group`` devices;
+    ``dtype`` (of the elements) matters only for in-switch reduction (NVLS)."""
     b = np.asarray(bytes_, dtype=np.float64)
     if kind in _PHASES and group <= 1:
         return np.zeros_like(b)
@@ -228,7 +280,7 @@ def collective_time_s(
     if kind == "p2p":
         t = COLLECTIVE_OVERHEAD_S + b / (COMM_EFFICIENCY * bw) + link.latency_s
     else:
-        t = _regimes(kind, b, group, link, bw).min(axis=0)
+        t = _regimes(kind, b, group, link, bw, dtype)[0].min(axis=0)
     return np.where(b > 0, t, 0.0)
 
 
@@ -238,6 +290,7 @@ def collective_protocol(
     *,
     group: int,
     link: Link,
+    dtype: str | None = None,
 ) -> NDArray[np.str_]:
     """Name of the regime :func:`collective_time_s` takes for each message ("" for none)."""
     b = np.asarray(bytes_, dtype=np.float64)
@@ -246,8 +299,9 @@ def collective_protocol(
     bw = _check(kind, group, link)
     if kind == "p2p":
         return np.where(b > 0, "copy", "")
-    names = np.array([pr.name for pr in NCCL_PROTOCOLS])
-    return np.where(b > 0, names[_regimes(kind, b, group, link, bw).argmin(axis=0)], "")
+    times, protocols = _regimes(kind, b, group, link, bw, dtype)
+    names = np.array([pr.name for pr in protocols])
+    return np.where(b > 0, names[times.argmin(axis=0)], "")
 
 
 def scale_up_domain_size(device: Device) -> int:

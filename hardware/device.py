@@ -28,6 +28,7 @@ File format (all numbers SI: bytes, B/s, FLOP/s, s, W; a comment gives the human
     bw_per_direction_bytes_per_s = 450e9       # device aggregate, one direction
     peer_bw_per_direction_bytes_per_s = 450e9  # what one peer pair gets, one direction
     latency_s = 3e-6
+    in_switch_reduction = true  # optional: NVLink SHARP (NVSwitch 3+); default false
 
     [host_link]
     name = "PCIe Gen5 x16"
@@ -73,6 +74,8 @@ class Link:
     #: the collective library's fixed (per-call) latencies on this system relative to the
     #: reference NVLink system (hardware.comm); 1 unless measured otherwise
     collective_base_latency_scale: float = 1.0
+    #: the switch reduces in place (NVLink SHARP, NVSwitch 3+): all-reduce may use NVLS
+    in_switch_reduction: bool = False
 
     def __post_init__(self) -> None:
         if not (
@@ -172,6 +175,13 @@ def _num(table: dict[str, Any], key: str, where: str, default: float | None = No
     return float(v)
 
 
+def _bool(table: dict[str, Any], key: str, where: str, default: bool) -> bool:
+    v = table.get(key, default)
+    if not isinstance(v, bool):
+        raise SpecError(f"{where}: field {key!r} must be true or false, got {v!r}")
+    return v
+
+
 def _link(table: dict[str, Any] | None, where: str, *, default_topology: str) -> Link | None:
     if table is None:
         return None
@@ -187,6 +197,7 @@ def _link(table: dict[str, Any] | None, where: str, *, default_topology: str) ->
             table, "peer_bw_per_direction_bytes_per_s", where, 0.0
         ),
         collective_base_latency_scale=_num(table, "collective_base_latency_scale", where, 1.0),
+        in_switch_reduction=_bool(table, "in_switch_reduction", where, False),
     )
 
 

@@ -112,7 +112,7 @@ def _time_op(op: Op, prof: Roofline, device: Device, plan: ParallelPlan) -> OpTi
             group, link = 2, link_for_group(device, min(plan.tp * plan.pp, node))
         else:  # inside one stage's tensor-parallel group
             group, link = plan.tp, link_for_group(device, plan.tp)
-        t = collective_time_s(op.collective, op.bytes, group=group, link=link)  # type: ignore[arg-type]
+        t = collective_time_s(op.collective, op.bytes, group=group, link=link, dtype=plan.act_dtype)  # type: ignore[arg-type]
         z = np.zeros_like(t)
         return OpTime(op.name, n, z, z, z, z, n * t, n * t)
     r = prof.times(op.flops, op.bytes, dtype=plan.act_dtype, kernels=op.kernels)

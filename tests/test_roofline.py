@@ -127,10 +127,16 @@ def test_collective_links_by_topology() -> None:
     # hardware/comm.py, Simple regime (bandwidth-bound at 64 MB): B_Simple 17.6 µs +
     # m 0.764 · s steps · L + (n + λ 0.353) · (64 MB / p) / (e 0.727 · bw).
     # switched ring (NVSwitch, 8 H100): s = n = 2 · 7, L = 1 µs, bw = 450 GB/s
-    t = float(collective_time_s("all_reduce", mb, group=8, link=link_for_group(h100, 8)))
+    # (int8: the in-switch reduction of NVSwitch 3 does not apply, the ring does)
+    nv8 = link_for_group(h100, 8)
+    t = float(collective_time_s("all_reduce", mb, group=8, link=nv8, dtype="int8"))
     assert t == pytest.approx(17.6e-6 + 0.764 * 14 * 1e-6 + 14.353 * 8e6 / (0.727 * 450e9))
     assert t == pytest.approx(379.28e-6, rel=1e-4)
-    assert collective_protocol("all_reduce", mb, group=8, link=link_for_group(h100, 8)) == "Simple"
+    assert collective_protocol("all_reduce", mb, group=8, link=nv8, dtype="int8") == "Simple"
+    # bf16 on 8 H100: NVLink SHARP, one pass of the buffer into and out of the switch
+    t = float(collective_time_s("all_reduce", mb, group=8, link=nv8, dtype="bf16"))
+    assert t == pytest.approx(71.2e-6 + 0.764e-6 + mb / (0.586 * 450e9), rel=1e-3)
+    assert collective_protocol("all_reduce", mb, group=8, link=nv8, dtype="bf16") == "NVLS"
     # mesh (MI300X): 7 links of 64 GB/s in parallel (448 GB/s), one step per phase (s = 2),
     # L = 5 µs, still n = 14 chunks
     mi = load_device("mi300x")
