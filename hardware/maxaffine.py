@@ -79,9 +79,9 @@ class MaxAffine:
         object.__setattr__(self, "slopes", b)
         if self.piece_names and len(self.piece_names) != len(a):
             raise SpecError("max-affine profile: one name per piece")
-        if self.residual is not None and len(self.residual.used) != len(self.features):
+        if self.residual is not None and self.residual.features != len(self.features):
             raise SpecError(
-                f"max-affine profile: residual surface has {len(self.residual.used)} "
+                f"max-affine profile: residual surface has {self.residual.features} "
                 f"feature(s), the profile {len(self.features)}"
             )
 

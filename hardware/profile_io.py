@@ -13,7 +13,6 @@ path instead. File format (SI units: seconds, seconds per unit of each feature):
     [residual]                               # optional: measured corrections,
     neighbours = 4                           # see hardware.residual
     radius = 0.31
-    used = [true, true, true, true, true]
     offset = [...]; centre = [...]; scale = [...]
     points = [[...], ...]                    # standardized log features of the rows
     log_ratio = [...]                        # log(measured / max-affine) per row

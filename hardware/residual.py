@@ -40,40 +40,38 @@ DEFAULT_NEIGHBOURS = 4
 LOG_OFFSET_FRACTION = 0.5
 
 
-def _standardize(X: Arr, offset: Arr, centre: Arr, scale: Arr, used: NDArray[np.bool_]) -> Arr:
-    return (np.log(X[:, used] + offset) - centre) / scale
+def _standardize(X: Arr, offset: Arr, centre: Arr, scale: Arr) -> Arr:
+    return (np.log(X + offset) - centre) / scale
 
 
 @dataclass(frozen=True)
 class ResidualSurface:
     """Log-ratio corrections at measured rows, looked up by nearest neighbours."""
 
-    used: NDArray[np.bool_]  # (F,) which features take part (non-constant ones)
-    offset: Arr  # (F_used,) added before the log
-    centre: Arr  # (F_used,)
-    scale: Arr  # (F_used,)
-    points: Arr  # (N, F_used) standardized coordinates of the fitting rows
+    offset: Arr  # (F,) added before the log
+    centre: Arr  # (F,)
+    scale: Arr  # (F,) standard deviation of the log feature (1 where it was constant)
+    points: Arr  # (N, F) standardized coordinates of the fitting rows
     log_ratio: Arr  # (N,) log(measured / max-affine) at those rows
     neighbours: int = DEFAULT_NEIGHBOURS
     radius: float = 0.0
 
     def __post_init__(self) -> None:
-        used = np.asarray(self.used, dtype=bool).reshape(-1)
         pts = np.asarray(self.points, dtype=np.float64)
         lr = np.asarray(self.log_ratio, dtype=np.float64).reshape(-1)
-        F = int(used.sum())
         vecs = {
             k: np.asarray(getattr(self, k), dtype=np.float64).reshape(-1)
             for k in ("offset", "centre", "scale")
         }
+        F = len(vecs["offset"])
         if pts.ndim != 2 or pts.shape[1] != F or len(pts) != len(lr):
             raise SpecError(
                 f"residual surface: points {pts.shape} and log_ratio ({len(lr)},) do not "
-                f"match {F} used feature(s)"
+                f"match {F} feature(s)"
             )
         if any(len(v) != F for v in vecs.values()) or np.any(vecs["scale"] <= 0):
             raise SpecError(
-                "residual surface: offset/centre/scale need one entry per used feature "
+                "residual surface: offset/centre/scale need one entry per feature "
                 "(scale positive)"
             )
         if len(lr) < 1 or not (1 <= self.neighbours <= len(lr)):
@@ -82,11 +80,14 @@ class ResidualSurface:
             )
         if not (np.all(np.isfinite(pts)) and np.all(np.isfinite(lr)) and self.radius >= 0):
             raise SpecError("residual surface: values must be finite, radius >= 0")
-        object.__setattr__(self, "used", used)
         object.__setattr__(self, "points", pts)
         object.__setattr__(self, "log_ratio", lr)
         for k, v in vecs.items():
             object.__setattr__(self, k, v)
+
+    @property
+    def features(self) -> int:
+        return len(self.offset)
 
     @property
     def rows(self) -> int:
@@ -106,9 +107,9 @@ class ResidualSurface:
         Xa = np.asarray(X, dtype=np.float64)
         shape = Xa.shape[:-1]
         Xa = Xa.reshape(-1, Xa.shape[-1])
-        if Xa.shape[1] != len(self.used):
-            raise SpecError(f"residual surface expects {len(self.used)} feature columns")
-        Z = _standardize(np.maximum(Xa, 0.0), self.offset, self.centre, self.scale, self.used)
+        if Xa.shape[1] != self.features:
+            raise SpecError(f"residual surface expects {self.features} feature columns")
+        Z = _standardize(np.maximum(Xa, 0.0), self.offset, self.centre, self.scale)
         tree = self._tree()
         # Only rows within the fade-out distance get a correction: find them first with a
         # bounded nearest-neighbour query (cheap for far points), then their neighbours.
@@ -136,7 +137,6 @@ class ResidualSurface:
         return {
             "neighbours": self.neighbours,
             "radius": float(self.radius),
-            "used": [bool(u) for u in self.used],
             "offset": self.offset.tolist(),
             "centre": self.centre.tolist(),
             "scale": self.scale.tolist(),
@@ -146,13 +146,12 @@ class ResidualSurface:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ResidualSurface:
-        keys = ("used", "offset", "centre", "scale", "points", "log_ratio")
+        keys = ("offset", "centre", "scale", "points", "log_ratio")
         missing = [k for k in keys if k not in d]
         if missing:
             raise SpecError(f"[residual] is missing {missing}")
         pts = np.asarray(d["points"], dtype=np.float64)
         return cls(
-            used=np.asarray(d["used"], dtype=bool),
             offset=np.asarray(d["offset"], dtype=np.float64),
             centre=np.asarray(d["centre"], dtype=np.float64),
             scale=np.asarray(d["scale"], dtype=np.float64),
@@ -182,17 +181,16 @@ def build_surface(
     Xa = np.maximum(Xa, 0.0)
     pos = np.where(Xa > 0, Xa, np.inf).min(axis=0)
     offset_all = np.where(np.isfinite(pos), LOG_OFFSET_FRACTION * pos, 1.0)
-    L = np.log(Xa + offset_all)
+    L = np.log(Xa + offset_all)  # the same transform as _standardize, before centring
     sd = L.std(axis=0)
     varies = sd > 1e-12 * np.maximum(1.0, np.abs(L).max(axis=0))
     if not varies.any():
         raise SpecError("residual surface: every feature is constant; nothing to look up")
     # Every feature takes part: one that was constant in the rows keeps scale 1 (one
     # e-fold = one unit), so a query away from that constant is far from the data too.
-    used = np.ones(len(sd), dtype=bool)
     centre = L.mean(axis=0)
     scale = np.where(varies, sd, 1.0)
-    Z = (L - centre) / scale
+    Z = _standardize(Xa, offset_all, centre, scale)
     from scipy.spatial import cKDTree
 
     # the spacing of the measured points: nearest-neighbour distances between *distinct*
@@ -201,7 +199,6 @@ def build_surface(
     dist, _ = cKDTree(U).query(U, k=2)
     nn = dist[:, 1]
     return ResidualSurface(
-        used=used,
         offset=offset_all,
         centre=centre,
         scale=scale,
