@@ -62,6 +62,7 @@ def stage_models(model: ModelSpec, pp: int) -> tuple[ModelSpec, ...]:
                 id=f"{model.id}[{start}:{stop}]",
                 layers=n,
                 moe=moe,
+                layer_specs=model.layer_specs[start:stop],
                 published_params=None,
                 published_active_params=None,
             )

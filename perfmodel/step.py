@@ -110,6 +110,8 @@ def _time_op(op: Op, prof: Roofline, device: Device, plan: ParallelPlan) -> OpTi
         elif op.collective == "p2p":  # between stages of one node (one sender, one receiver)
             node = scale_up_domain_size(device)
             group, link = 2, link_for_group(device, min(plan.tp * plan.pp, node))
+        elif op.collective == "all_to_all":  # expert-parallel dispatch / combine
+            group, link = plan.ep, link_for_group(device, plan.ep)
         else:  # inside one stage's tensor-parallel group
             group, link = plan.tp, link_for_group(device, plan.tp)
         t = collective_time_s(op.collective, op.bytes, group=group, link=link, dtype=plan.act_dtype)  # type: ignore[arg-type]
