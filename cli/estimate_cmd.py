@@ -7,11 +7,21 @@ from typing import Annotated
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
+from cli.plan_options import (
+    ActDtypeOpt,
+    AttnDtypeOpt,
+    DpOpt,
+    DtypeOpt,
+    EpOpt,
+    ExpertDtypeOpt,
+    KvDtypeOpt,
+    build_plan,
+    plan_label,
+)
 from hardware.device import load_device
 from perfmodel.estimate import Estimate, estimate
 from perfmodel.memory import describe_shortfall
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
 from perfmodel.step import StepTime
 from perfmodel.units import GiB, ms
 
@@ -90,9 +100,13 @@ def estimate_cmd(
     batch: Annotated[int, typer.Option(help="Concurrent requests in the batch.")] = 64,
     input_len: Annotated[int, typer.Option(help="Prompt tokens per request.")] = 1024,
     output_len: Annotated[int, typer.Option(help="Generated tokens per request.")] = 128,
-    dtype: Annotated[str, typer.Option(help="Weight dtype (bf16, fp8, int8, int4).")] = "bf16",
-    act_dtype: Annotated[str, typer.Option(help="Math/activation dtype.")] = "bf16",
-    kv_dtype: Annotated[str, typer.Option(help="KV-cache dtype.")] = "bf16",
+    dtype: DtypeOpt = None,
+    act_dtype: ActDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    expert_dtype: ExpertDtypeOpt = None,
+    attn_dtype: AttnDtypeOpt = None,
+    ep: EpOpt = 1,
+    dp: DpOpt = 1,
     json_out: bool = JsonOpt,
 ) -> None:
     """Estimate TTFT, TPOT, throughput and memory fit for one static batch."""
@@ -102,21 +116,42 @@ def estimate_cmd(
         ("--batch", batch),
         ("--input-len", input_len),
         ("--output-len", output_len),
+        ("--ep", ep),
+        ("--dp", dp),
     ):
         _positive(name, v)
     m = load_model(model)
     d = load_device(hardware)
-    plan = ParallelPlan(tp=tp, weight_dtype=dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, pp=pp)
+    plan, prec = build_plan(
+        m,
+        d,
+        tp=tp,
+        pp=pp,
+        ep=ep,
+        dp=dp,
+        dtype=dtype,
+        act_dtype=act_dtype,
+        kv_dtype=kv_dtype,
+        expert_dtype=expert_dtype,
+        attn_dtype=attn_dtype,
+    )
     e = estimate(m, d, plan, batch=batch, input_len=input_len, output_len=output_len)
     if json_out:
-        echo_json(estimate_dict(e))
+        echo_json(
+            {**estimate_dict(e), "precision": prec.to_dict(), "ep": plan.ep, "dp": plan.dp}
+            | {"warnings": list(m.warnings)}
+        )
         return
     f = e.memory
     where = f"{tp}x {d.id}" if pp == 1 else f"{plan.devices}x {d.id} (TP{tp} x PP{pp})"
+    if plan.dp > 1 or plan.ep > 1:
+        where = plan_label(plan, d.id)
     typer.echo(
-        f"{m.id} on {where} (weights {plan.weight_dtype}, math {plan.act_dtype}, "
+        f"{m.id} on {where} (weights {plan.weights.describe()}, math {plan.act_dtype}, "
         f"KV {plan.kv_dtype}); batch {batch}, {input_len} in / {output_len} out"
     )
+    for note in (*prec.notes, *m.warnings):
+        typer.echo(f"  note: {note}")
     if pp > 1:
         typer.echo(
             f"  pipeline: {pp} stages of {tp} devices; {pp} virtual engines of up to "

@@ -170,7 +170,7 @@ class MemoryFit:
     reserve_bytes: float
     kv_budget_bytes: float  # may be negative: the shortfall
     kv_bytes_per_token: float
-    kv_capacity_tokens: int
+    kv_capacity_tokens: int  # the instance's: every attention-DP replica's cache together
     needed_bytes: float  # weights + reserve + KV of the requested batch
     shortfall_bytes: float  # > 0 when it does not fit
     min_tp: int | None  # smallest TP (same device, dtypes and PP) that fits; None if none
@@ -217,7 +217,8 @@ def memory_fit(
         reserve = activation_reserve_bytes(model, plan, max_batched_tokens, logits=s == pp - 1)
         budget = usable - w - reserve
         cap = int(budget // kv_tok) if budget > 0 and kv_tok > 0 else 0
-        needed = w + reserve + batch * lay.sequence_bytes(context_len)
+        # attention DP: each replica's devices hold the KV of their 1/dp of the requests
+        needed = w + reserve + -(-batch // plan.dp) * lay.sequence_bytes(context_len)
         stages.append((w, reserve, kv_tok, budget, cap, needed, max(0.0, needed - usable)))
     short = max(st[6] for st in stages)
     if short > 0:
@@ -263,7 +264,7 @@ def memory_fit(
         reserve_bytes=reserve,
         kv_budget_bytes=budget,
         kv_bytes_per_token=kv_tok,
-        kv_capacity_tokens=min(st[4] for st in stages),
+        kv_capacity_tokens=min(st[4] for st in stages) * plan.dp,
         needed_bytes=needed,
         shortfall_bytes=short,
         min_tp=min_tp,

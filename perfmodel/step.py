@@ -117,10 +117,14 @@ def _time_op(op: Op, prof: Roofline, device: Device, plan: ParallelPlan) -> OpTi
         t = collective_time_s(op.collective, op.bytes, group=group, link=link, dtype=plan.act_dtype)  # type: ignore[arg-type]
         z = np.zeros_like(t)
         return OpTime(op.name, n, z, z, z, z, n * t, n * t)
-    r = prof.times(op.flops, op.bytes, dtype=plan.act_dtype, kernels=op.kernels)
+    dtype = op.dtype if op.dtype and device.computes(op.dtype) else plan.act_dtype
+    flops = op.flops
+    if op.unpadded_flops is not None and not device.pads_gemm_rows:
+        flops = op.unpadded_flops  # no fixed row tiles (FPGA dataflow engines)
+    r = prof.times(flops, op.bytes, dtype=dtype, kernels=op.kernels)
     z = np.zeros_like(r.total_s)
     return OpTime(
-        op.name, n, n * op.flops, n * op.bytes, n * r.compute_s, n * r.memory_s, z, n * r.total_s
+        op.name, n, n * flops, n * op.bytes, n * r.compute_s, n * r.memory_s, z, n * r.total_s
     )
 
 
