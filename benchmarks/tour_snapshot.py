@@ -60,7 +60,8 @@ def diff(a: object, b: object, path: str = "") -> list[str]:
     if isinstance(a, list) and isinstance(b, list):
         if len(a) != len(b):
             return [f"{path}: length {len(a)} vs {len(b)}"]
-        return [d for i, (x, y) in enumerate(zip(a, b, strict=True)) for d in diff(x, y, f"{path}[{i}]")]
+        pairs = enumerate(zip(a, b, strict=True))
+        return [d for i, (x, y) in pairs for d in diff(x, y, f"{path}[{i}]")]
     if isinstance(a, float | int) and isinstance(b, float | int) and not isinstance(a, bool):
         ok = math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-12) or (a != a and b != b)
         return [] if ok else [f"{path}: {a} -> {b}"]
