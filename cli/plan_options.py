@@ -2,7 +2,7 @@
 
 ``--dtype`` sets every weight; ``--expert-dtype`` / ``--attn-dtype`` override the
 routed experts / attention; unset options take the checkpoint's ``quantization_config``
-and the device's native formats (``perfmodel.modelcfg.precision``).
+and the device's native formats (``perfmodel.plan.resolve_precision``).
 """
 
 from __future__ import annotations
@@ -55,8 +55,7 @@ def build_plan(
     attn_dtype: str | None = None,
 ) -> tuple[Any, Any]:
     """A ``ParallelPlan`` and the ``Precision`` that explains its formats."""
-    from perfmodel.modelcfg.precision import resolve_precision
-    from perfmodel.parallel import ParallelPlan
+    from perfmodel.plan import ParallelPlan, resolve_precision
 
     prec = resolve_precision(
         model,

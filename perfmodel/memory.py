@@ -24,16 +24,26 @@ from dataclasses import dataclass, replace
 from hardware.device import Device
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
-from perfmodel.model import ModelSpec
-from perfmodel.ops import layer_kv_elems_per_device
-from perfmodel.parallel import ParallelPlan
-from perfmodel.pipeline import stage_models, stage_params
+from perfmodel.model import LayerSpec, ModelSpec
+from perfmodel.plan import ParallelPlan, stage_models, stage_params
 from perfmodel.units import GiB
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
 DEFAULT_MAX_BATCHED_TOKENS = 8192
 TP_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
 PP_SEARCH_MAX = 16  # largest pipeline depth a shortfall message suggests
+
+
+def kv_elems_per_token_per_layer_per_device(model: ModelSpec, tp: int) -> float:
+    """KV elements one device caches per token per layer under tensor parallelism."""
+    return model.kv_elems_per_token_per_layer() / model.kv_shards(tp)
+
+
+def layer_kv_elems_per_device(model: ModelSpec, layer: LayerSpec, tp: int) -> float:
+    """KV elements one device caches per token of ``layer``: GQA heads split over TP
+    (replicated past ``kv_heads``), the MLA latent replicated."""
+    shards = 1 if model.mla or not layer.kv_heads else min(tp, layer.kv_heads)
+    return model.layer_kv_elems(layer) / shards
 
 
 def _layer_weight_bytes(sub: ModelSpec, plan: ParallelPlan) -> float:

@@ -20,32 +20,10 @@ from typing import Any
 from perfmodel.datafile import read_data_file
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
-from perfmodel.modelcfg.layers import LayerSpec, LinearAttn, SparseAttn
+from perfmodel.modelcfg.layers import MLA, LayerSpec, LinearAttn, MoE, SparseAttn
 from perfmodel.modelcfg.quant import Quantization
 
 __all__ = ["MLA", "LayerSpec", "LinearAttn", "MoE", "ModelSpec", "SparseAttn", "load_model"]
-
-
-@dataclass(frozen=True)
-class MLA:
-    """Multi-head latent attention dimensions (DeepSeek-V2/V3)."""
-
-    kv_lora_rank: int
-    q_lora_rank: int  # 0 = no query compression
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
-
-
-@dataclass(frozen=True)
-class MoE:
-    """Routed experts (+ optional always-on shared experts)."""
-
-    num_experts: int
-    top_k: int
-    expert_intermediate: int
-    shared_intermediate: int  # total intermediate width of the shared expert(s); 0 = none
-    moe_layers: tuple[int, ...]  # indices of layers whose MLP is an MoE block
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from perfmodel.batch import Batch
 from perfmodel.errors import SpecError
 from perfmodel.model import load_model, model_from_config
+from perfmodel.step.batch import Batch
 from tests.conftest import shared_file
 
 DATA = Path(__file__).parent / "data" / "hf"

@@ -11,15 +11,14 @@ from typer.testing import CliRunner
 from cli.main import app
 from hardware.comm import collective_time_s, link_for_group
 from hardware.device import load_device
-from perfmodel.batch import Batch
 from perfmodel.dtypes import ModuleDTypes
 from perfmodel.errors import SpecError
 from perfmodel.memory import memory_fit, weight_bytes_per_device
 from perfmodel.model import model_from_config
-from perfmodel.modelcfg.precision import resolve_precision
-from perfmodel.ops import layer_ops
-from perfmodel.parallel import ParallelPlan
-from perfmodel.step import step_time
+from perfmodel.plan import ParallelPlan, resolve_precision
+from perfmodel.step.batch import Batch
+from perfmodel.step.ops import layer_ops
+from perfmodel.step.time import step_time
 from tests.conftest import shared_file
 from tests.test_model_configs import KIMI_INT4
 

@@ -11,7 +11,7 @@ import re
 from typing import Any
 
 from perfmodel.errors import SpecError
-from perfmodel.modelcfg.layers import LinearAttn, SparseAttn
+from perfmodel.modelcfg.layers import MLA, LinearAttn, MoE, SparseAttn
 from perfmodel.modelcfg.patterns import layer_specs, moe_layers
 from perfmodel.modelcfg.quant import parse_quantization
 
@@ -218,8 +218,6 @@ def _linear_attn(cfg: dict[str, Any], where: str) -> LinearAttn | None:
 
 def spec_fields(cfg: dict[str, Any], *, id: str = "", where: str = "") -> dict[str, Any]:
     """Keyword arguments of ``ModelSpec`` from a config dict."""
-    from perfmodel.model import MLA, MoE
-
     top = cfg
     cfg = _flatten(cfg)
     mid = id or str(cfg.get("id") or cfg.get("_name_or_path") or "custom")
