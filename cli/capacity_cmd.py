@@ -8,6 +8,17 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
+from cli.plan_options import (
+    ActDtypeOpt,
+    AttnDtypeOpt,
+    DpOpt,
+    DtypeOpt,
+    EpOpt,
+    ExpertDtypeOpt,
+    KvDtypeOpt,
+    build_plan,
+    plan_label,
+)
 from perfmodel.units import MS_PER_S, from_ms
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -46,10 +57,11 @@ def _setup(
     trace: Path | None,
     cv: float,
     pp: int = 1,
+    **plan_kw: Any,
 ) -> tuple[Any, Any, Any, Any]:
     from hardware.device import load_device
     from perfmodel.model import load_model
-    from perfmodel.plan import ParallelPlan, check_pp
+    from perfmodel.plan import check_pp
     from perfmodel.workload.presets import Workload, preset
     from perfmodel.workload.trace import load_trace
 
@@ -60,7 +72,12 @@ def _setup(
     m = load_model(model)
     d = load_device(hardware)
     check_pp(m, pp)  # pp <= layers (SpecError: exit 2)
-    plan = ParallelPlan(tp=tp, pp=pp)
+    for name in ("ep", "dp"):
+        if plan_kw.get(name, 1) < 1:
+            raise fail(f"--{name} must be a positive integer, got {plan_kw[name]}")
+    plan, prec = build_plan(m, d, tp=tp, pp=pp, **plan_kw)
+    for note in (*prec.notes, *m.warnings):
+        typer.echo(f"note: {note}", err=True)
     w = Workload.from_trace(load_trace(trace)) if trace else preset(workload, arrival_cv=cv)
     return m, d, plan, w
 
@@ -87,6 +104,13 @@ def capacity_cmd(
     kv_capacity_tokens: KvOpt = None,
     max_batched_tokens: BudgetOpt = 8192,
     chunk_size: ChunkOpt = None,
+    dtype: DtypeOpt = None,
+    act_dtype: ActDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    expert_dtype: ExpertDtypeOpt = None,
+    attn_dtype: AttnDtypeOpt = None,
+    ep: EpOpt = 1,
+    dp: DpOpt = 1,
     json_out: bool = JsonOpt,
 ) -> None:
     """Service rate μ and its binding bound, stability, latency, goodput, instances needed."""
@@ -94,7 +118,22 @@ def capacity_cmd(
     from perfmodel.serving import service as q
     from perfmodel.workload.slo import SLO
 
-    m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv, pp)
+    m, d, plan, w = _setup(
+        model,
+        hardware,
+        tp,
+        workload,
+        trace,
+        arrival_cv,
+        pp,
+        dtype=dtype,
+        act_dtype=act_dtype,
+        kv_dtype=kv_dtype,
+        expert_dtype=expert_dtype,
+        attn_dtype=attn_dtype,
+        ep=ep,
+        dp=dp,
+    )
     sr = q.service_rate(
         m,
         d,
@@ -123,6 +162,9 @@ def capacity_cmd(
         "model": m.id,
         "hardware": d.id,
         "tp": plan.tp,
+        "ep": plan.ep,
+        "dp": plan.dp,
+        "dtypes": {"weights": plan.weights.describe(), "act": plan.act_dtype, "kv": plan.kv_dtype},
         "pp": plan.pp,
         "devices_per_instance": plan.devices,
         "workload": w.name,
@@ -175,6 +217,8 @@ def capacity_cmd(
         echo_json(out)
         return
     where = f"{plan.tp}x {d.id}" if plan.pp == 1 else f"{plan.devices}x {d.id} (TP{tp} x PP{pp})"
+    if plan.dp > 1 or plan.ep > 1:
+        where = plan_label(plan, d.id)
     typer.echo(
         f"{m.id} on {where}, workload {w.name} (mean {sr.moments.input_tokens:.0f} in / "
         f"{sr.moments.decode_steps + 1:.0f} out), budget {sr.max_batched_tokens} tokens, "
@@ -242,6 +286,13 @@ def simulate_cmd(
     kv_capacity_tokens: KvOpt = None,
     max_batched_tokens: BudgetOpt = 8192,
     chunk_size: ChunkOpt = None,
+    dtype: DtypeOpt = None,
+    act_dtype: ActDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    expert_dtype: ExpertDtypeOpt = None,
+    attn_dtype: AttnDtypeOpt = None,
+    ep: EpOpt = 1,
+    dp: DpOpt = 1,
     json_out: bool = JsonOpt,
 ) -> None:
     """Discrete-event simulation: TTFT/TPOT/E2E distributions, throughput, queue growth."""
@@ -250,7 +301,22 @@ def simulate_cmd(
 
     if requests < 1:
         raise fail(f"--requests must be >= 1, got {requests}")
-    m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv, pp)
+    m, d, plan, w = _setup(
+        model,
+        hardware,
+        tp,
+        workload,
+        trace,
+        arrival_cv,
+        pp,
+        dtype=dtype,
+        act_dtype=act_dtype,
+        kv_dtype=kv_dtype,
+        expert_dtype=expert_dtype,
+        attn_dtype=attn_dtype,
+        ep=ep,
+        dp=dp,
+    )
     sr = q.service_rate(
         m,
         d,
@@ -292,6 +358,9 @@ def simulate_cmd(
         "model": m.id,
         "hardware": d.id,
         "tp": plan.tp,
+        "ep": plan.ep,
+        "dp": plan.dp,
+        "dtypes": {"weights": plan.weights.describe(), "act": plan.act_dtype, "kv": plan.kv_dtype},
         "pp": plan.pp,
         "devices": plan.devices,
         "workload": w.name,
@@ -320,7 +389,7 @@ def simulate_cmd(
         return
     typer.echo(
         f"simulated {out['requests']} requests of {w.name} at {rate:.3g} req/s on "
-        f"{m.id} {plan.tp}x {d.id}"
+        f"{m.id} {plan_label(plan, d.id) if plan.dp > 1 or plan.ep > 1 else f'{plan.tp}x {d.id}'}"
         + (f" x PP{plan.pp} ({plan.pp} virtual engines)" if plan.pp > 1 else "")
         + f" (predicted μ {sr.rate_per_s:.3g} req/s)"
     )

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from cli.plan_options import DpOpt, EpOpt
 from perfmodel.units import MS_PER_S
 
 app = typer.Typer(
@@ -190,6 +191,8 @@ def plan_cmd(
     prefill_profile: PrefillProfOpt = None,
     decode_profile: DecodeProfOpt = None,
     decode_kv_capacity_tokens: KvCapOpt = None,
+    ep: EpOpt = 1,
+    dp: DpOpt = 1,
     json_out: bool = JsonOpt,
 ) -> None:
     """Least-cost prefill/decode plan for a rate under TTFT and TPOT SLOs."""
@@ -233,6 +236,8 @@ def plan_cmd(
         baseline=baseline,
         profiles=profiles,
         kv_capacity_tokens=_kv_capacities(decode_kv_capacity_tokens, ddev.id),
+        ep=ep,
+        dp=dp,
     )
     if json_out:
         echo_json(p.to_dict())

@@ -157,3 +157,57 @@ def test_estimate_cli_says_fp8_and_shows_alltoall() -> None:
     assert "4x h200-sxm (TP1 x DP4, EP4)" in r.output and "ep_dispatch" in r.output
     r = CliRunner().invoke(app, ["estimate", "--tp", "1", "--dp", "4", "--ep", "3"])
     assert r.exit_code == 2 and "ep=3 must divide" in r.output
+
+
+def test_capacity_cli_accepts_ep_and_dp() -> None:
+    r = CliRunner().invoke(
+        app,
+        [
+            "capacity",
+            "--model",
+            "qwen3-30b-a3b",
+            "--hardware",
+            "h200-sxm",
+            "--tp",
+            "1",
+            "--dp",
+            "4",
+            "--ep",
+            "4",
+            "--json",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.stdout)
+    assert (out["tp"], out["ep"], out["dp"]) == (1, 4, 4)
+    r1 = CliRunner().invoke(
+        app, ["capacity", "--model", "qwen3-30b-a3b", "--hardware", "h200-sxm", "--json"]
+    )
+    one = json.loads(r1.stdout)
+    # four attention replicas hold more KV than one device with all the experts
+    assert out["kv_capacity_tokens"] > 4 * one["kv_capacity_tokens"]
+
+
+@pytest.mark.slow
+def test_pd_plan_with_wide_ep() -> None:
+    r = CliRunner().invoke(
+        app,
+        [
+            "pd",
+            "plan",
+            "--model",
+            "qwen3-30b-a3b",
+            "--hardware",
+            "h200-sxm",
+            "--ep",
+            "4",
+            "--dp",
+            "4",
+            "--rate-per-s",
+            "20",
+            "--workload",
+            "chat",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    assert "h200-sxm TP1 DP4 EP4" in r.output

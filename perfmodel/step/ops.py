@@ -33,6 +33,7 @@ from perfmodel.dtypes import get_dtype
 from perfmodel.memory import layer_kv_elems_per_device
 from perfmodel.model import LayerSpec, ModelSpec
 from perfmodel.moe.distinct import distinct_experts_uniform
+from perfmodel.moe.ep_comm import ep_bytes_per_gpu
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
 
@@ -309,7 +310,9 @@ def ep_alltoall_ops(model: ModelSpec, plan: ParallelPlan, tokens: Arr, nm: int) 
     format, costed as an all-to-all over the ``ep`` group."""
     if plan.ep == 1 or model.moe is None:
         return []
-    per_dev = tokens / (plan.tp * plan.dp) * model.moe.top_k * model.hidden * plan.act_bytes
+    per_dev = ep_bytes_per_gpu(
+        tokens / (plan.tp * plan.dp), model.moe.top_k, model.hidden, plan.act_bytes
+    )
     z = np.zeros_like(per_dev)
     return [
         Op("ep_dispatch", "comm", z, per_dev, nm, collective="all_to_all"),
