@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from cli.plan_options import ActDtypeOpt, DtypeOpt, KvDtypeOpt
 from perfmodel.units import MS_PER_S
 
 app = typer.Typer(
@@ -54,12 +55,12 @@ Levels = Annotated[int, typer.Option(help="Grid levels for this pool.")]
 
 
 def _spec(**o: Any) -> Any:
+    from cli.plan_options import build_plan
     from hardware.device import load_device
     from perfmodel.cache.hitrate import activation_from_counts
     from perfmodel.cache.paging import SOURCES, nvme_link
     from perfmodel.model import load_model
     from perfmodel.moe.routing import load_counts_csv
-    from perfmodel.plan import ParallelPlan
     from perfmodel.units import GIGA, GiB, from_ms
     from perfmodel.workload.presets import Workload, preset
     from perfmodel.workload.slo import SLO
@@ -86,7 +87,14 @@ def _spec(**o: Any) -> Any:
     return CacheBudgetSpec(
         model=m,
         device=d,
-        plan=ParallelPlan(tp=o["tp"]),
+        plan=build_plan(
+            m,
+            d,
+            tp=o["tp"],
+            dtype=o.get("dtype"),
+            act_dtype=o.get("act_dtype"),
+            kv_dtype=o.get("kv_dtype"),
+        )[0],
         workload=wl,
         rate_per_s=o["rate_per_s"],
         slo=SLO(from_ms(o["ttft_slo_ms"]), from_ms(o["tpot_slo_ms"]), o["percentile"], o["goal"]),
@@ -192,6 +200,9 @@ def plan_cmd(
     kv_levels: Levels = 6,
     expert_levels: Levels = 5,
     adapter_levels: Levels = 5,
+    dtype: DtypeOpt = None,
+    act_dtype: ActDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     json_out: bool = JsonOpt,
 ) -> None:
     """Choose the KV / expert-cache / adapter split that serves the rate best."""
@@ -264,6 +275,9 @@ def curve_cmd(
     kv_levels: Levels = 6,
     expert_levels: Levels = 5,
     adapter_levels: Levels = 5,
+    dtype: DtypeOpt = None,
+    act_dtype: ActDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     json_out: bool = JsonOpt,
 ) -> None:
     """Write goodput/TPOT over the split grid and hit ratio vs cache size as HTML."""

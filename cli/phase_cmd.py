@@ -23,6 +23,7 @@ from cli.capacity_cmd import (
     _setup,
 )
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from cli.plan_options import ActDtypeOpt, DtypeOpt, KvDtypeOpt
 from perfmodel.units import from_ms
 
 app = typer.Typer(help="Phase diagrams: where the system is stable.", no_args_is_help=True)
@@ -72,6 +73,9 @@ def stability_cmd(
     ] = 2000,
     seed: Annotated[int, typer.Option(help="Random seed of the simulations.")] = 0,
     force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
+    dtype: DtypeOpt = None,
+    act_dtype: ActDtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     json_out: bool = JsonOpt,
 ) -> None:
     """Arrival rate × mean output length and × KV capacity: regimes, boundary, simulation."""
@@ -99,7 +103,17 @@ def stability_cmd(
     outs = _numbers(output_tokens, "--output-tokens")
     kvs = _numbers(kv_grid_tokens, "--kv-grid-tokens")
     slo = SLO(from_ms(ttft_slo_ms), from_ms(tpot_slo_ms), slo_percentile, goal)
-    m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv)
+    m, d, plan, w = _setup(
+        model,
+        hardware,
+        tp,
+        workload,
+        trace,
+        arrival_cv,
+        dtype=dtype,
+        act_dtype=act_dtype,
+        kv_dtype=kv_dtype,
+    )
     steps = sweep_steps(
         output_rows=len(outs) if outs else len(DEFAULT_OUTPUT_SCALES),
         kv_rows=len(kvs) if kvs else DEFAULT_KV_POINTS,

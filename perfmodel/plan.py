@@ -260,7 +260,8 @@ def resolve_precision(
         want = q.act_dtype if (q is not None and dtype is None) else "bf16"
         act = want
         if not device.computes(want):
-            act = next((d for d in _FALLBACK if device.computes(d)), "")
+            prefer = (w.routed_experts, w.attention, *_FALLBACK)
+            act = next((d for d in prefer if device.computes(d)), "")
             if not act:
                 raise SpecError(f"{device.id} computes in none of {', '.join(_FALLBACK)}")
             notes.append(

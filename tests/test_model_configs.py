@@ -380,3 +380,12 @@ def test_tp_check_covers_linear_heads() -> None:
     with pytest.raises(SpecError, match="tp=3"):
         m.check_tp(3)
     assert np.isfinite(m.kv_bytes_per_sequence(10))
+
+
+def test_qwen25_small_dense_card() -> None:
+    m = load_model(str(DATA / "qwen2.5-1.5b.json"))
+    assert m.layer_specs == ()  # use_sliding_window false: uniform full attention
+    # Qwen2.5-1.5B model card: 1.54B parameters, 1.31B non-embedding (tied embeddings)
+    assert m.params == pytest.approx(1.54e9, rel=0.02)
+    assert m.params - m.embedding_params() == pytest.approx(1.31e9, rel=0.02)
+    assert m.kv_bytes_per_token() == 28 * 2 * 2 * 128 * 2  # 28,672 B
