@@ -32,7 +32,11 @@ PpOpt = Annotated[
 ]
 WlOpt = Annotated[str, typer.Option(help="Built-in workload: chat or code.")]
 TraceOpt = Annotated[
-    Path | None, typer.Option(help="Trace CSV (Azure or input_tokens,output_tokens[,arrival_s]).")
+    Path | None,
+    typer.Option(help="Trace CSV (Azure, BurstGPT, or input_tokens,output_tokens[,arrival_s])."),
+]
+TraceModelOpt = Annotated[
+    str | None, typer.Option(help="BurstGPT: keep the rows of this Model (ChatGPT, GPT-4).")
 ]
 RateOpt = Annotated[
     float | None, typer.Option(help="Arrival rate, requests/s (default: the trace's, or 0.7·μ).")
@@ -57,6 +61,7 @@ def _setup(
     trace: Path | None,
     cv: float,
     pp: int = 1,
+    trace_model: str | None = None,
     **plan_kw: Any,
 ) -> tuple[Any, Any, Any, Any]:
     from hardware.device import load_device
@@ -78,7 +83,13 @@ def _setup(
     plan, prec = build_plan(m, d, tp=tp, pp=pp, **plan_kw)
     for note in (*prec.notes, *m.warnings):
         typer.echo(f"note: {note}", err=True)
-    w = Workload.from_trace(load_trace(trace)) if trace else preset(workload, arrival_cv=cv)
+    if trace_model is not None and trace is None:
+        raise fail("--trace-model needs --trace")
+    w = (
+        Workload.from_trace(load_trace(trace, model=trace_model))
+        if trace
+        else preset(workload, arrival_cv=cv)
+    )
     return m, d, plan, w
 
 
@@ -94,6 +105,7 @@ def capacity_cmd(
     pp: PpOpt = 1,
     workload: WlOpt = "chat",
     trace: TraceOpt = None,
+    trace_model: TraceModelOpt = None,
     rate_per_s: RateOpt = None,
     arrival_cv: CvOpt = 1.0,
     ttft_slo_ms: Annotated[float, typer.Option(help="TTFT target, ms.")] = 500.0,
@@ -133,6 +145,7 @@ def capacity_cmd(
         attn_dtype=attn_dtype,
         ep=ep,
         dp=dp,
+        trace_model=trace_model,
     )
     sr = q.service_rate(
         m,
@@ -276,6 +289,7 @@ def simulate_cmd(
     pp: PpOpt = 1,
     workload: WlOpt = "chat",
     trace: TraceOpt = None,
+    trace_model: TraceModelOpt = None,
     rate_per_s: RateOpt = None,
     arrival_cv: CvOpt = 1.0,
     time_scale: Annotated[
@@ -316,6 +330,7 @@ def simulate_cmd(
         attn_dtype=attn_dtype,
         ep=ep,
         dp=dp,
+        trace_model=trace_model,
     )
     sr = q.service_rate(
         m,
