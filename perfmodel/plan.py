@@ -187,9 +187,14 @@ def stage_params(model: ModelSpec, pp: int) -> tuple[int, ...]:
 # ``quantization_config`` (``ModelSpec.quantization``); else bf16. The math format must
 # be one the device computes in: when it was not asked for explicitly and the device
 # lacks it (FP8 on an A100, bf16 on an FPGA), the nearest native format is used and the
-# weights are converted in the kernel (``perfmodel.ops.dequant_op``). Every such choice
-# is reported in ``notes``.
+# weights are converted in the kernel (``perfmodel.step.ops.dequant_op``). ``--dtype``
+# of a float format (fp8, nvfp4, mxfp4) sets the math format too where the device has
+# it (W8A8 / W4A4, as vLLM's fp8 and NVFP4 schemes); integer weights (int8, int4) are
+# weight-only (W8A16 / W4A16, as AWQ/GPTQ) unless ``--act-dtype`` says otherwise. Every
+# such choice is reported in ``notes``.
 
+#: float formats whose weights imply the same math format (integer ones are weight-only)
+_FLOAT_LOW = ("fp8", "fp4")
 #: fallbacks for a math format the device lacks, nearest first
 _FALLBACK = ("bf16", "fp16", "fp8", "int8", "fp32")
 
@@ -258,7 +263,12 @@ def resolve_precision(
             )
     else:
         want = q.act_dtype if (q is not None and dtype is None) else "bf16"
-        act = want
+        if dtype is not None and get_dtype(dtype).compute_key in _FLOAT_LOW:
+            # --dtype fp8 / nvfp4 / mxfp4 means W8A8 / W4A4 where the device has the math
+            want = dtype if device.computes(dtype) else "bf16"
+            if want != "bf16":
+                notes.append(f"--dtype {dtype}: math in {get_dtype(dtype).name} as well")
+        act = get_dtype(want).name
         if not device.computes(want):
             prefer = (w.routed_experts, w.attention, *_FALLBACK)
             act = next((d for d in prefer if device.computes(d)), "")

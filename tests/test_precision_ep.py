@@ -211,3 +211,13 @@ def test_pd_plan_with_wide_ep() -> None:
     )
     assert r.exit_code == 0, r.output
     assert "h200-sxm TP1 DP4 EP4" in r.output
+
+
+def test_explicit_float_dtype_sets_the_math_where_native() -> None:
+    m = model_from_config(_cfg("Qwen--Qwen3-30B-A3B.json"), id="q")
+    h = resolve_precision(m, load_device("h100-sxm"), dtype="fp8")
+    assert h.act_dtype == "fp8"  # W8A8 on Hopper
+    a = resolve_precision(m, load_device("a100-sxm-80gb"), dtype="fp8")
+    assert a.act_dtype == "bf16" and any("dequantized" in n for n in a.notes)  # W8A16
+    i4 = resolve_precision(m, load_device("h100-sxm"), dtype="int4")
+    assert i4.act_dtype == "bf16"  # integer weights are weight-only (AWQ/GPTQ)
