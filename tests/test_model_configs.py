@@ -389,3 +389,24 @@ def test_qwen25_small_dense_card() -> None:
     assert m.params == pytest.approx(1.54e9, rel=0.02)
     assert m.params - m.embedding_params() == pytest.approx(1.31e9, rel=0.02)
     assert m.kv_bytes_per_token() == 28 * 2 * 2 * 128 * 2  # 28,672 B
+
+
+def test_unmodelled_hybrid_fields_warn_and_bad_values_name_the_field() -> None:
+    # MiMo-V2-Flash-like: a per-layer MoE list, sliding-window layers with their own heads
+    cfg = _moe_cfg(
+        moe_layer_freq=[0, 1, 1, 1],
+        hybrid_layer_pattern=[0, 1, 1, 0],
+        swa_num_key_value_heads=8,
+        sliding_window=128,
+        layer_types=["full_attention", "sliding_attention", "sliding_attention", "full_attention"],
+    )
+    m = model_from_config(cfg, id="mimo-like")
+    assert m.moe is not None and m.moe.moe_layers == (1, 2, 3)
+    named = " ".join(m.warnings)
+    assert "'hybrid_layer_pattern'" in named and "'swa_num_key_value_heads'" in named
+    with pytest.raises(SpecError, match="field 'sliding_window' must be a non-negative integer"):
+        model_from_config({**cfg, "sliding_window": "128k"}, id="x")
+    with pytest.raises(SpecError, match=r"layer_types\[1\] 'sparse' is not a known layer type"):
+        model_from_config(
+            {**cfg, "layer_types": ["full_attention", "sparse", "full", "full"]}, id="x"
+        )

@@ -40,6 +40,17 @@ _LAYER_TYPES = {
 }
 
 
+def _n(table: dict[str, Any], key: str, where: str, default: int = 0) -> int:
+    """A non-negative integer field (``default`` when absent, null or 0); the error
+    names the field."""
+    v = table.get(key)
+    if v is None or v == 0:
+        return default
+    if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < 0:
+        raise SpecError(f"{where}: field {key!r} must be a non-negative integer, got {v!r}")
+    return int(v) or default
+
+
 def decilm_intermediate(ffn_mult: float, hidden: int) -> int:
     """DeciLM's FFN width: ``2·ffn_mult·hidden/3`` rounded up to a multiple of 256
     (``_ffn_mult_to_intermediate_size`` of the Nemotron-NAS modeling code)."""
@@ -63,7 +74,7 @@ def _decilm(cfg: dict[str, Any], heads: int, hidden: int, where: str) -> list[La
                     f"{where}: block_configs[{i}].attention.n_heads_in_group must divide "
                     f"the {heads} heads, got {g!r}"
                 )
-            kv, win = heads // g, int(a.get("window_length") or 0)
+            kv, win = heads // g, _n(a, "window_length", f"{where}: block_configs[{i}].attention")
             mixer = "sliding" if win else "full"
         if f.get("no_op"):
             mlp, inter = "none", 0
@@ -72,7 +83,7 @@ def _decilm(cfg: dict[str, Any], heads: int, hidden: int, where: str) -> list[La
         else:
             mult = f.get("ffn_mult")
             if f.get("intermediate_size"):
-                inter = int(f["intermediate_size"])
+                inter = _n(f, "intermediate_size", f"{where}: block_configs[{i}].ffn")
             elif isinstance(mult, int | float) and mult > 0:
                 inter = decilm_intermediate(float(mult), hidden)
             else:
@@ -84,7 +95,7 @@ def _decilm(cfg: dict[str, Any], heads: int, hidden: int, where: str) -> list[La
 
 def mixers(cfg: dict[str, Any], layers: int, where: str) -> list[tuple[str, int]] | None:
     """(mixer, window) per layer, or None for a uniform full-attention stack."""
-    window = int(cfg.get("sliding_window") or 0)
+    window = _n(cfg, "sliding_window", where)
     lt = cfg.get("layer_types")
     if isinstance(lt, list):
         if len(lt) != layers:
@@ -94,20 +105,20 @@ def mixers(cfg: dict[str, Any], layers: int, where: str) -> list[tuple[str, int]
             kind = _LAYER_TYPES.get(str(t).lower())
             if kind is None:
                 raise SpecError(f"{where}: layer_types[{i}] {t!r} is not a known layer type")
-            w = int(cfg.get("attention_chunk_size") or 0) if kind == "chunked" else window
+            w = _n(cfg, "attention_chunk_size", where) if kind == "chunked" else window
             if kind in ("sliding", "chunked") and not w:
                 raise SpecError(f"{where}: layer_types[{i}] is {t!r} but no window size is set")
             out.append((kind, w if kind in ("sliding", "chunked") else 0))
         return out
     interval = cfg.get("full_attention_interval")
     if interval and "linear_num_value_heads" in cfg:
-        n = int(interval)
+        n = _n(cfg, "full_attention_interval", where, 1)
         return [("full", 0) if (i + 1) % n == 0 else ("linear", 0) for i in range(layers)]
-    chunk = int(cfg.get("attention_chunk_size") or 0)
+    chunk = _n(cfg, "attention_chunk_size", where)
     if chunk:
         nope = cfg.get("no_rope_layers")
         if not isinstance(nope, list) or len(nope) != layers:
-            step = int(cfg.get("no_rope_layer_interval") or 4)
+            step = _n(cfg, "no_rope_layer_interval", where, 4)
             nope = [int((i + 1) % step != 0) for i in range(layers)]
         return [("chunked", chunk) if r else ("full", 0) for r in nope]
     pattern = cfg.get("sliding_window_pattern")
@@ -116,7 +127,7 @@ def mixers(cfg: dict[str, Any], layers: int, where: str) -> list[tuple[str, int]
             ("full", 0) if (i + 1) % pattern == 0 else ("sliding", window) for i in range(layers)
         ]
     if window and cfg.get("use_sliding_window", True) is not False:
-        first = int(cfg.get("max_window_layers") or 0) if "use_sliding_window" in cfg else 0
+        first = _n(cfg, "max_window_layers", where) if "use_sliding_window" in cfg else 0
         return [("sliding", window) if i >= first else ("full", 0) for i in range(layers)]
     return None
 
@@ -128,14 +139,14 @@ def moe_layers(cfg: dict[str, Any], layers: int, where: str) -> tuple[int, ...]:
         if len(freq) != layers:
             raise SpecError(f"{where}: moe_layer_freq has {len(freq)} entries for {layers} layers")
         return tuple(i for i, f in enumerate(freq) if f)
-    first = int(cfg.get("first_k_dense_replace") or 0)
+    first = _n(cfg, "first_k_dense_replace", where)
     if "first_k_dense_replace" in cfg or "moe_layer_freq" in cfg:
-        step = int(freq or 1)
+        step = _n(cfg, "moe_layer_freq", where, 1)
         return tuple(i for i in range(first, layers) if i % step == 0)
     if cfg.get("interleave_moe_layer_step"):
-        step = int(cfg["interleave_moe_layer_step"])
+        step = _n(cfg, "interleave_moe_layer_step", where, 1)
         return tuple(i for i in range(layers) if (i + 1) % step == 0)
-    step = int(cfg.get("decoder_sparse_step") or 1)
+    step = _n(cfg, "decoder_sparse_step", where, 1)
     only_mlp = set(cfg.get("mlp_only_layers") or [])
     return tuple(i for i in range(layers) if (i + 1) % step == 0 and i not in only_mlp)
 
