@@ -19,6 +19,7 @@ from cli.plan_options import (
     build_plan,
     plan_label,
 )
+from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S, from_ms
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -148,9 +149,7 @@ def capacity_cmd(
         trace_model=trace_model,
     )
     sr = q.service_rate(
-        m,
-        d,
-        plan,
+        Instance(m, d, plan),
         w,
         kv_capacity_tokens=kv_capacity_tokens,
         max_batched_tokens=max_batched_tokens,
@@ -333,18 +332,14 @@ def simulate_cmd(
         trace_model=trace_model,
     )
     sr = q.service_rate(
-        m,
-        d,
-        plan,
+        Instance(m, d, plan),
         w,
         kv_capacity_tokens=kv_capacity_tokens,
         max_batched_tokens=max_batched_tokens,
         chunk_size=chunk_size,
     )
     setup = make_setup(
-        m,
-        d,
-        plan,
+        Instance(m, d, plan),
         kv_capacity_tokens=sr.engine_kv_capacity_tokens,  # one virtual engine's share
         max_batched_tokens=sr.max_batched_tokens,
         chunk_size=sr.chunk_size,

@@ -22,6 +22,7 @@ from hardware.device import load_device
 from perfmodel.estimate import Estimate, estimate
 from perfmodel.memory import describe_shortfall
 from perfmodel.model import load_model
+from perfmodel.step.instance import Instance
 from perfmodel.step.time import StepTime
 from perfmodel.units import GiB, ms
 
@@ -135,7 +136,7 @@ def estimate_cmd(
         expert_dtype=expert_dtype,
         attn_dtype=attn_dtype,
     )
-    e = estimate(m, d, plan, batch=batch, input_len=input_len, output_len=output_len)
+    e = estimate(Instance(m, d, plan), batch=batch, input_len=input_len, output_len=output_len)
     if json_out:
         echo_json(
             {**estimate_dict(e), "precision": prec.to_dict(), "ep": plan.ep, "dp": plan.dp}

@@ -145,10 +145,13 @@ def unit_literals(source: str) -> list[int]:
                 ):
                     lines.append(n.lineno)
         if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow):
-            l, r = n.left, n.right
-            if isinstance(l, ast.Constant) and isinstance(r, ast.Constant):
-                if (l.value, r.value) in POW_LITERALS:
-                    lines.append(n.lineno)
+            base, exp = n.left, n.right
+            if (
+                isinstance(base, ast.Constant)
+                and isinstance(exp, ast.Constant)
+                and (base.value, exp.value) in POW_LITERALS
+            ):
+                lines.append(n.lineno)
     return lines
 
 

@@ -19,7 +19,7 @@ from perfmodel.model import load_model, model_from_config
 from perfmodel.step.batch import Batch
 from tests.conftest import shared_file
 
-DATA = Path(__file__).parent / "data" / "hf"
+DATA = Path(__file__).parents[1] / "data" / "hf"
 
 
 def _shared(name: str) -> dict[str, Any]:

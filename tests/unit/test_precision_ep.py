@@ -20,7 +20,7 @@ from perfmodel.step.batch import Batch
 from perfmodel.step.ops import layer_ops
 from perfmodel.step.time import step_time
 from tests.conftest import shared_file
-from tests.test_model_configs import KIMI_INT4
+from tests.golden.test_model_configs import KIMI_INT4
 
 
 def _cfg(name: str) -> dict[str, object]:

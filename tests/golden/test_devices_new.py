@@ -14,7 +14,7 @@ from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan, resolve_precision
 from perfmodel.step.batch import Batch
 from perfmodel.step.time import step_time
-from tests.test_model_configs import DATA
+from tests.golden.test_model_configs import DATA
 
 NEW = (
     "gh200",
