@@ -18,13 +18,14 @@ from cli.plan_options import (
     build_plan,
     plan_label,
 )
-from hardware.device import load_device
+from hardware.device import Device, load_device
 from perfmodel.estimate import Estimate, estimate
 from perfmodel.memory import describe_shortfall
 from perfmodel.model import load_model
+from perfmodel.plan import ParallelPlan
 from perfmodel.step.instance import Instance
 from perfmodel.step.time import StepTime
-from perfmodel.units import GiB, ms
+from perfmodel.units import GIGA, GiB, ms
 
 DEFAULT_MODEL = "llama-3.1-70b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -83,6 +84,21 @@ def estimate_dict(e: Estimate) -> dict[str, object]:
         "decode_breakdown": _breakdown(e.decode_mid),
         "prefill_breakdown": _breakdown(e.prefill),
     }
+
+
+def _link_notes(plan: ParallelPlan, d: Device) -> list[str]:
+    """Which link the collectives of the plan use (FPGAs: a NIC or host PCIe)."""
+    from hardware.comm import link_for_group
+
+    out = []
+    for what, group in (("TP all-reduce", plan.tp), ("EP all-to-all", plan.ep)):
+        if group > 1:
+            link = link_for_group(d, group)
+            out.append(
+                f"{what} over {link.name} "
+                f"({link.bw_per_direction_bytes_per_s / GIGA:g} GB/s per direction)"
+            )
+    return out
 
 
 def _positive(name: str, v: int) -> None:
@@ -151,7 +167,7 @@ def estimate_cmd(
         f"{m.id} on {where} (weights {plan.weights.describe()}, math {plan.act_dtype}, "
         f"KV {plan.kv_dtype}); batch {batch}, {input_len} in / {output_len} out"
     )
-    for note in (*prec.notes, *m.warnings):
+    for note in (*prec.notes, *m.warnings, *_link_notes(plan, d)):
         typer.echo(f"  note: {note}")
     if pp > 1:
         typer.echo(

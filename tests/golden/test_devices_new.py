@@ -141,3 +141,29 @@ def test_capacity_on_an_alveo_in_int8() -> None:
         ],
     )
     assert r.exit_code == 2 and "alveo-u280 has no bf16 math" in r.output
+
+
+def test_fpga_estimate_states_the_tp_link() -> None:
+    r = CliRunner().invoke(
+        app,
+        [
+            "estimate",
+            "--model",
+            str(DATA / "qwen2.5-1.5b.json"),
+            "--hardware",
+            "alveo-u280",
+            "--tp",
+            "2",
+            "--batch",
+            "1",
+            "--output-len",
+            "4",
+            "--dtype",
+            "int8",
+            "--kv-dtype",
+            "int8",
+        ],
+    )
+    assert r.exit_code == 0, r.output
+    assert "math int8" in r.output
+    assert "TP all-reduce over 2 x 100 GbE QSFP28 (25 GB/s per direction)" in r.output
