@@ -7,18 +7,8 @@ from typing import Annotated, Any
 
 import typer
 
+from cli import plan_options as po
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
-from cli.plan_options import (
-    ActDtypeOpt,
-    AttnDtypeOpt,
-    DpOpt,
-    DtypeOpt,
-    EpOpt,
-    ExpertDtypeOpt,
-    KvDtypeOpt,
-    build_plan,
-    plan_label,
-)
 from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S, from_ms
 
@@ -81,7 +71,7 @@ def _setup(
     for name in ("ep", "dp"):
         if plan_kw.get(name, 1) < 1:
             raise fail(f"--{name} must be a positive integer, got {plan_kw[name]}")
-    plan, prec = build_plan(m, d, tp=tp, pp=pp, **plan_kw)
+    plan, prec = po.build_plan(m, d, tp=tp, pp=pp, **plan_kw)
     for note in (*prec.notes, *m.warnings):
         typer.echo(f"note: {note}", err=True)
     if trace_model is not None and trace is None:
@@ -117,13 +107,13 @@ def capacity_cmd(
     kv_capacity_tokens: KvOpt = None,
     max_batched_tokens: BudgetOpt = 8192,
     chunk_size: ChunkOpt = None,
-    dtype: DtypeOpt = None,
-    act_dtype: ActDtypeOpt = None,
-    kv_dtype: KvDtypeOpt = None,
-    expert_dtype: ExpertDtypeOpt = None,
-    attn_dtype: AttnDtypeOpt = None,
-    ep: EpOpt = 1,
-    dp: DpOpt = 1,
+    dtype: po.DtypeOpt = None,
+    act_dtype: po.ActDtypeOpt = None,
+    kv_dtype: po.KvDtypeOpt = None,
+    expert_dtype: po.ExpertDtypeOpt = None,
+    attn_dtype: po.AttnDtypeOpt = None,
+    ep: po.EpOpt = 1,
+    dp: po.DpOpt = 1,
     json_out: bool = JsonOpt,
 ) -> None:
     """Service rate μ and its binding bound, stability, latency, goodput, instances needed."""
@@ -131,23 +121,8 @@ def capacity_cmd(
     from perfmodel.serving import service as q
     from perfmodel.workload.slo import SLO
 
-    m, d, plan, w = _setup(
-        model,
-        hardware,
-        tp,
-        workload,
-        trace,
-        arrival_cv,
-        pp,
-        dtype=dtype,
-        act_dtype=act_dtype,
-        kv_dtype=kv_dtype,
-        expert_dtype=expert_dtype,
-        attn_dtype=attn_dtype,
-        ep=ep,
-        dp=dp,
-        trace_model=trace_model,
-    )
+    kw = po.plan_kw(locals())
+    m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv, pp, trace_model, **kw)
     sr = q.service_rate(
         Instance(m, d, plan),
         w,
@@ -230,7 +205,7 @@ def capacity_cmd(
         return
     where = f"{plan.tp}x {d.id}" if plan.pp == 1 else f"{plan.devices}x {d.id} (TP{tp} x PP{pp})"
     if plan.dp > 1 or plan.ep > 1:
-        where = plan_label(plan, d.id)
+        where = po.plan_label(plan, d.id)
     typer.echo(
         f"{m.id} on {where}, workload {w.name} (mean {sr.moments.input_tokens:.0f} in / "
         f"{sr.moments.decode_steps + 1:.0f} out), budget {sr.max_batched_tokens} tokens, "
@@ -299,13 +274,13 @@ def simulate_cmd(
     kv_capacity_tokens: KvOpt = None,
     max_batched_tokens: BudgetOpt = 8192,
     chunk_size: ChunkOpt = None,
-    dtype: DtypeOpt = None,
-    act_dtype: ActDtypeOpt = None,
-    kv_dtype: KvDtypeOpt = None,
-    expert_dtype: ExpertDtypeOpt = None,
-    attn_dtype: AttnDtypeOpt = None,
-    ep: EpOpt = 1,
-    dp: DpOpt = 1,
+    dtype: po.DtypeOpt = None,
+    act_dtype: po.ActDtypeOpt = None,
+    kv_dtype: po.KvDtypeOpt = None,
+    expert_dtype: po.ExpertDtypeOpt = None,
+    attn_dtype: po.AttnDtypeOpt = None,
+    ep: po.EpOpt = 1,
+    dp: po.DpOpt = 1,
     json_out: bool = JsonOpt,
 ) -> None:
     """Discrete-event simulation: TTFT/TPOT/E2E distributions, throughput, queue growth."""
@@ -314,23 +289,8 @@ def simulate_cmd(
 
     if requests < 1:
         raise fail(f"--requests must be >= 1, got {requests}")
-    m, d, plan, w = _setup(
-        model,
-        hardware,
-        tp,
-        workload,
-        trace,
-        arrival_cv,
-        pp,
-        dtype=dtype,
-        act_dtype=act_dtype,
-        kv_dtype=kv_dtype,
-        expert_dtype=expert_dtype,
-        attn_dtype=attn_dtype,
-        ep=ep,
-        dp=dp,
-        trace_model=trace_model,
-    )
+    kw = po.plan_kw(locals())
+    m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv, pp, trace_model, **kw)
     sr = q.service_rate(
         Instance(m, d, plan),
         w,
@@ -397,9 +357,10 @@ def simulate_cmd(
     if json_out:
         echo_json(out)
         return
+    label = po.plan_label(plan, d.id) if plan.dp > 1 or plan.ep > 1 else f"{plan.tp}x {d.id}"
     typer.echo(
         f"simulated {out['requests']} requests of {w.name} at {rate:.3g} req/s on "
-        f"{m.id} {plan_label(plan, d.id) if plan.dp > 1 or plan.ep > 1 else f'{plan.tp}x {d.id}'}"
+        f"{m.id} {label}"
         + (f" x PP{plan.pp} ({plan.pp} virtual engines)" if plan.pp > 1 else "")
         + f" (predicted μ {sr.rate_per_s:.3g} req/s)"
     )

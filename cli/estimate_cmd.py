@@ -25,7 +25,7 @@ from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.instance import Instance
 from perfmodel.step.time import StepTime
-from perfmodel.units import GIGA, GiB, ms
+from perfmodel.units import GiB, ms
 
 DEFAULT_MODEL = "llama-3.1-70b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -88,17 +88,10 @@ def estimate_dict(e: Estimate) -> dict[str, object]:
 
 def _link_notes(plan: ParallelPlan, d: Device) -> list[str]:
     """Which link the collectives of the plan use (FPGAs: a NIC or host PCIe)."""
-    from hardware.comm import link_for_group
+    from hardware.comm import link_summary
 
-    out = []
-    for what, group in (("TP all-reduce", plan.tp), ("EP all-to-all", plan.ep)):
-        if group > 1:
-            link = link_for_group(d, group)
-            out.append(
-                f"{what} over {link.name} "
-                f"({link.bw_per_direction_bytes_per_s / GIGA:g} GB/s per direction)"
-            )
-    return out
+    pairs = (("TP all-reduce", plan.tp), ("EP all-to-all", plan.ep))
+    return [f"{what} over {link_summary(d, g)}" for what, g in pairs if g > 1]
 
 
 def _positive(name: str, v: int) -> None:

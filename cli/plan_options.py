@@ -40,6 +40,14 @@ DpOpt = Annotated[
 ]
 
 
+PLAN_KEYS = ("dtype", "act_dtype", "kv_dtype", "expert_dtype", "attn_dtype", "ep", "dp")
+
+
+def plan_kw(options: dict[str, Any]) -> dict[str, Any]:
+    """The plan options among a command's arguments (``plan_kw(locals())``)."""
+    return {k: options[k] for k in PLAN_KEYS if k in options}
+
+
 def build_plan(
     model: Any,
     device: Any,

@@ -187,7 +187,7 @@ def stage_params(model: ModelSpec, pp: int) -> tuple[int, ...]:
 # ``quantization_config`` (``ModelSpec.quantization``); else bf16. The math format must
 # be one the device computes in: when it was not asked for explicitly and the device
 # lacks it (FP8 on an A100, bf16 on an FPGA), the nearest native format is used and the
-# weights are converted in the kernel (``perfmodel.step.ops.dequant_op``). ``--dtype``
+# weights are converted in the kernel (``perfmodel.step.dequant.dequant_op``). ``--dtype``
 # of a float format (fp8, nvfp4, mxfp4) sets the math format too where the device has
 # it (W8A8 / W4A4, as vLLM's fp8 and NVFP4 schemes); integer weights (int8, int4) are
 # weight-only (W8A16 / W4A16, as AWQ/GPTQ) unless ``--act-dtype`` says otherwise. Every

@@ -216,6 +216,18 @@ def _linear_attn(cfg: dict[str, Any], where: str) -> LinearAttn | None:
     return None
 
 
+def _mla(cfg: dict[str, Any], where: str) -> MLA | None:
+    if not _get(cfg, "kv_lora_rank"):
+        return None
+    return MLA(
+        kv_lora_rank=_int(cfg, where, "kv_lora_rank"),
+        q_lora_rank=_int(cfg, where, "q_lora_rank", default=0),
+        qk_nope_head_dim=_int(cfg, where, "qk_nope_head_dim"),
+        qk_rope_head_dim=_int(cfg, where, "qk_rope_head_dim"),
+        v_head_dim=_int(cfg, where, "v_head_dim"),
+    )
+
+
 def spec_fields(cfg: dict[str, Any], *, id: str = "", where: str = "") -> dict[str, Any]:
     """Keyword arguments of ``ModelSpec`` from a config dict."""
     top = cfg
@@ -238,15 +250,7 @@ def spec_fields(cfg: dict[str, Any], *, id: str = "", where: str = "") -> dict[s
     intermediate = _int(
         cfg, where, "intermediate_size_mlp", "intermediate_size", "ffn_dim", default=4 * hidden
     )
-    mla = None
-    if _get(cfg, "kv_lora_rank"):
-        mla = MLA(
-            kv_lora_rank=_int(cfg, where, "kv_lora_rank"),
-            q_lora_rank=_int(cfg, where, "q_lora_rank", default=0),
-            qk_nope_head_dim=_int(cfg, where, "qk_nope_head_dim"),
-            qk_rope_head_dim=_int(cfg, where, "qk_rope_head_dim"),
-            v_head_dim=_int(cfg, where, "v_head_dim"),
-        )
+    mla = _mla(cfg, where)
     moe_args, moe_idx = _moe(cfg, where, layers, family)
     beside = bool(cfg.get("enable_moe_block")) and moe_args is not None
     specs = layer_specs(
