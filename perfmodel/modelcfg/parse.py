@@ -7,6 +7,7 @@ that change the cost and are not modelled produce a warning naming them
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -122,6 +123,9 @@ _HARMLESS = re.compile(
 )
 
 
+MAX_LAYERS = 10_000  # a sanity bound: the per-layer structure is built layer by layer
+
+
 def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
     for k in keys:
         if k in cfg and cfg[k] is not None:
@@ -138,7 +142,13 @@ def _int(cfg: dict[str, Any], where: str, *keys: str, default: int | None = None
             raise SpecError(f"{where}: missing field {keys[0]!r}{tried}")
         return default
     v = cfg[found]
-    if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < 0:
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, int | float)
+        or not math.isfinite(v)
+        or v != int(v)
+        or v < 0
+    ):
         raise SpecError(f"{where}: field {found!r} must be a non-negative integer, got {v!r}")
     return int(v)
 
@@ -237,6 +247,8 @@ def spec_fields(cfg: dict[str, Any], *, id: str = "", where: str = "") -> dict[s
     family = str(cfg.get("model_type", "")).lower()
     hidden = _a(cfg, where, "hidden")
     layers = _a(cfg, where, "layers")
+    if layers > MAX_LAYERS:
+        raise SpecError(f"{where}: num_hidden_layers {layers} is beyond {MAX_LAYERS}")
     heads = _a(cfg, where, "heads")
     kv_heads = _a(cfg, where, "kv_heads", default=heads)
     if heads == 0 or hidden == 0 or layers == 0:

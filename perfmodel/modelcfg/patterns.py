@@ -40,13 +40,26 @@ _LAYER_TYPES = {
 }
 
 
+def is_count(v: object) -> bool:
+    """A non-negative whole number (an int, or a float with an integer value)."""
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+        return False
+    return v == int(v) and v >= 0
+
+
 def _n(table: dict[str, Any], key: str, where: str, default: int = 0) -> int:
     """A non-negative integer field (``default`` when absent, null or 0); the error
     names the field."""
     v = table.get(key)
     if v is None or v == 0:
         return default
-    if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < 0:
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, int | float)
+        or not math.isfinite(v)
+        or v != int(v)
+        or v < 0
+    ):
         raise SpecError(f"{where}: field {key!r} must be a non-negative integer, got {v!r}")
     return int(v) or default
 
@@ -147,7 +160,10 @@ def moe_layers(cfg: dict[str, Any], layers: int, where: str) -> tuple[int, ...]:
         step = _n(cfg, "interleave_moe_layer_step", where, 1)
         return tuple(i for i in range(layers) if (i + 1) % step == 0)
     step = _n(cfg, "decoder_sparse_step", where, 1)
-    only_mlp = set(cfg.get("mlp_only_layers") or [])
+    only_mlp = cfg.get("mlp_only_layers") or []
+    if not isinstance(only_mlp, list):
+        raise SpecError(f"{where}: field 'mlp_only_layers' must be a list of layer indices")
+    only_mlp = set(only_mlp)
     return tuple(i for i in range(layers) if (i + 1) % step == 0 and i not in only_mlp)
 
 
