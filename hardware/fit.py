@@ -276,6 +276,23 @@ def fit_steps(
         return max_pieces * folds + 1
     return 1 + (folds if residual and not holdout else 0)
 
+def _residual_cv(
+    fits: list[tuple[NDArray[np.intp], MaxAffine]], Xa: Arr, ya: Arr,
+    train: NDArray[np.intp], neighbours: int,
+) -> tuple[float, float] | None:  # fmt: skip
+    """Cross-validated (pure, with-surface) MdAPE: each fold's surface from the other folds."""
+    pure_errs, res_errs = [], []
+    for te, p in fits:
+        tr = np.setdiff1d(train, te)
+        s_f = build_surface(Xa[tr], ya[tr], p(Xa[tr]), neighbours=neighbours)
+        pt = p(Xa[te])
+        pure_errs.append(mdape_pct(pt, ya[te]))
+        res_errs.append(mdape_pct(pt * np.exp(s_f.log_correction(Xa[te])), ya[te]))
+    if not res_errs:
+        return None
+    return float(np.mean(pure_errs)), float(np.mean(res_errs))
+
+
 
 def fit_profile(
     X: ArrayLike,
@@ -360,16 +377,10 @@ def fit_profile(
         # Cross-validated like the pieces: each fold's surface is built from the rows (and
         # the pieces) of the other folds only, and compared with those pieces alone.
         fits = fold_fits[pieces] if pieces in fold_fits else cv_fits(pieces)
-        pure_errs, res_errs = [], []
-        for te, p in fits:
-            tr = np.setdiff1d(train, te)
-            s_f = build_surface(Xa[tr], ya[tr], p(Xa[tr]), neighbours=neighbours)
-            pt = p(Xa[te])
-            pure_errs.append(mdape_pct(pt, ya[te]))
-            res_errs.append(mdape_pct(pt * np.exp(s_f.log_correction(Xa[te])), ya[te]))
-        if res_errs:
-            res_held = float(np.mean(res_errs))
-            cv.setdefault(pieces, float(np.mean(pure_errs)))
+        errs = _residual_cv(fits, Xa, ya, train, neighbours)
+        if errs is not None:
+            res_held = errs[1]
+            cv.setdefault(pieces, errs[0])
     if residual:
         surf = build_surface(Xa[train], ya[train], prof(Xa[train]), neighbours=neighbours)
         prof = prof.with_residual(surf)

@@ -227,6 +227,26 @@ def _pick(n: int, k: int) -> list[int]:
     return sorted({round(i * (n - 1) / max(k - 1, 1)) for i in range(k)})
 
 
+def _sim_point(
+    setup: SimSetup, sr: q.ServiceRate, w: Workload, y: float, u: float, n: int, seed: int
+) -> SimPoint:
+    """Simulate ``n`` requests at ``u·μ``: unstable when the queue grows by > 10 % of λ."""
+    lam = u * sr.rate_per_s
+    res = simulate_workload(setup, w.lengths, w.arrivals(lam), n_requests=n, seed=seed)
+    growth = lam - res.window_throughput_per_s()
+    return SimPoint(
+        rate_per_s=lam,
+        y=y,
+        utilization=u,
+        analytic_stable=q.stability(sr, lam).stable,
+        simulated_stable=growth <= QUEUE_GROWTH_UNSTABLE * lam,
+        queue_growth_per_s=growth,
+        throughput_per_s=res.throughput_per_s,
+        requests=n,
+        preemptions=res.preemptions,
+    )
+
+
 def stability_phase(
     model: ModelSpec,
     device: Device,
@@ -262,10 +282,11 @@ def stability_phase(
         raise SpecError("simulated loads must be positive multiples of μ")
     tick = progress or (lambda _n: None)
     lengths = workload.lengths
+    inst = Instance(model, device, plan)
 
     def rate_of(w: Workload, kv: int | None) -> q.ServiceRate:
         return q.service_rate(
-            Instance(model, device, plan),
+            inst,
             w,
             kv_capacity_tokens=kv,
             max_batched_tokens=max_batched_tokens,
@@ -289,7 +310,7 @@ def stability_phase(
     if any(k < 1 for k in kvs):
         raise SpecError(f"KV capacities must be >= 1 token, got {min(kvs)}")
 
-    table = build_step_table(Instance(model, device, plan), max_batched_tokens)
+    table = build_step_table(inst, max_batched_tokens)
     n_sim = [0]
 
     def sim_seed() -> int:
@@ -311,28 +332,7 @@ def stability_phase(
                 sr, (y, w, kv) = srs[i], specs[i]
                 setup = SimSetup(table, sr.kv_capacity_tokens, sr.max_batched_tokens, sr.chunk_size)
                 for u in sim_loads:
-                    lam = u * sr.rate_per_s
-                    res = simulate_workload(
-                        setup,
-                        w.lengths,
-                        w.arrivals(lam),
-                        n_requests=sim_requests,
-                        seed=sim_seed(),
-                    )
-                    growth = lam - res.window_throughput_per_s()
-                    points.append(
-                        SimPoint(
-                            rate_per_s=lam,
-                            y=y,
-                            utilization=u,
-                            analytic_stable=q.stability(sr, lam).stable,
-                            simulated_stable=growth <= QUEUE_GROWTH_UNSTABLE * lam,
-                            queue_growth_per_s=growth,
-                            throughput_per_s=res.throughput_per_s,
-                            requests=sim_requests,
-                            preemptions=res.preemptions,
-                        )
-                    )
+                    points.append(_sim_point(setup, sr, w, y, u, sim_requests, sim_seed()))
                     tick(1)
         return PhasePanel(kind, label, grid, tuple(rows), tuple(cells), tuple(points))
 

@@ -68,7 +68,6 @@ from perfmodel.workload.lengths import LengthDistribution
 Arr = NDArray[np.float64]
 
 
-
 PERCENTILES = (0.5, 0.9, 0.99)
 
 
@@ -240,28 +239,9 @@ def estimate_latency(
         shape=np.ones_like(s_w),
         scale=np.full(s_w.shape, theta),
     )
-    keep = n_all >= 1
-    p_multi = float(w_all[keep].sum())  # P(o >= 2): requests that have a TPOT
-    if p_multi <= 0:  # every request emits one token: no decode step (TPOT 0, E2E = TTFT)
-        keep, p_multi = n_all >= 0, 0.0
-    n_vals, n_w = np.maximum(n_all[keep], 1.0), w_all[keep] / max(p_multi, 1e-300)
-    tpot_n = op.tpot_s[keep]
-    t0_seen = float(tau_plus[0])
-    ex_mean = np.maximum(tpot_n - t0_seen, 0.0)
-    ex_var = lam * b * float(np.dot(s_w, delta**2)) / n_vals
-    with np.errstate(divide="ignore", invalid="ignore"):
-        shape = np.where(ex_var > 0, ex_mean**2 / ex_var, 1.0)
-        scale = np.where(ex_mean > 0, ex_var / np.maximum(ex_mean, 1e-300), 0.0)
-    tpot = _Mixture(
-        weights=n_w,
-        base=np.full(n_w.shape, t0_seen),
-        p=np.where(ex_mean > 0, 1.0, 0.0),
-        shape=shape,
-        scale=scale,
+    tpot, p_multi, e2e_decode_s = _tpot_mixture(
+        op.tpot_s, n_all, w_all, tau_plus, lam * b * float(np.dot(s_w, delta**2))
     )
-    if p_multi <= 0:
-        z = np.zeros(1)
-        tpot = _Mixture(weights=z + 1, base=z, p=z, shape=z + 1, scale=z)
     ttft_mean = ttft.mean()
     return LatencyEstimate(
         rate_per_s=lam,
@@ -280,13 +260,47 @@ def estimate_latency(
         tpot_p50_s=tpot.quantile(0.5),
         tpot_p90_s=tpot.quantile(0.9),
         tpot_p99_s=tpot.quantile(0.99),
-        e2e_mean_s=ttft_mean + p_multi * float(np.dot(n_w, n_vals * (t0_seen + ex_mean))),
+        e2e_mean_s=ttft_mean + p_multi * e2e_decode_s,
         _ttft=ttft,
         _tpot=tpot,
         prefill_iteration_fraction=chain.prefill_fraction,
         full_iteration_fraction=chain.full_fraction,
         first_decode_step_s=float(tag.decode_step_s[0]),
     )
+
+
+def _tpot_mixture(
+    tpot_s: Arr, n_all: Arr, w_all: Arr, tau_plus: Arr, var_per_step_s2: float
+) -> tuple[_Mixture, float, float]:
+    """TPOT as a mixture over output lengths: the first decode step plus a Gamma excess.
+
+    ``var_per_step_s2`` is ``λ·b̄·E[Δ²]``, the variance the prompts joining a decode
+    iteration add to it. Returns the mixture, ``P(o ≥ 2)`` and the mean decode time of a
+    request with a TPOT (for the E2E mean).
+    """
+    keep = n_all >= 1
+    p_multi = float(w_all[keep].sum())  # P(o >= 2): requests that have a TPOT
+    if p_multi <= 0:  # every request emits one token: no decode step (TPOT 0, E2E = TTFT)
+        keep, p_multi = n_all >= 0, 0.0
+    n_vals, n_w = np.maximum(n_all[keep], 1.0), w_all[keep] / max(p_multi, 1e-300)
+    tpot_n = tpot_s[keep]
+    t0_seen = float(tau_plus[0])
+    ex_mean = np.maximum(tpot_n - t0_seen, 0.0)
+    ex_var = var_per_step_s2 / n_vals
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shape = np.where(ex_var > 0, ex_mean**2 / ex_var, 1.0)
+        scale = np.where(ex_mean > 0, ex_var / np.maximum(ex_mean, 1e-300), 0.0)
+    tpot = _Mixture(
+        weights=n_w,
+        base=np.full(n_w.shape, t0_seen),
+        p=np.where(ex_mean > 0, 1.0, 0.0),
+        shape=shape,
+        scale=scale,
+    )
+    if p_multi <= 0:
+        z = np.zeros(1)
+        tpot = _Mixture(weights=z + 1, base=z, p=z, shape=z + 1, scale=z)
+    return tpot, p_multi, float(np.dot(n_w, n_vals * (t0_seen + ex_mean)))
 
 
 def _unbounded(lam: float) -> LatencyEstimate:
