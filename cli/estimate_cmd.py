@@ -6,18 +6,10 @@ from typing import Annotated
 
 import typer
 
+from cli import options as po
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
-from cli.plan_options import (
-    ActDtypeOpt,
-    AttnDtypeOpt,
-    DpOpt,
-    DtypeOpt,
-    EpOpt,
-    ExpertDtypeOpt,
-    KvDtypeOpt,
-    build_plan,
-    plan_label,
-)
+from cli.options import DEFAULT_HARDWARE, DEFAULT_MODEL
+from cli.plan_options import build_plan, plan_label
 from hardware.device import Device, load_device
 from perfmodel.estimate import Estimate, estimate
 from perfmodel.memory import describe_shortfall
@@ -26,9 +18,6 @@ from perfmodel.plan import ParallelPlan
 from perfmodel.step.instance import Instance
 from perfmodel.step.time import StepTime
 from perfmodel.units import GiB, ms
-
-DEFAULT_MODEL = "llama-3.1-70b"
-DEFAULT_HARDWARE = "h100-sxm"
 
 
 def _breakdown(step: StepTime) -> list[dict[str, object]]:
@@ -103,20 +92,20 @@ def _positive(name: str, v: int) -> None:
 def estimate_cmd(
     model: Annotated[str, typer.Option(help="Model id or config.json path.")] = DEFAULT_MODEL,
     hardware: Annotated[str, typer.Option(help="Device id or TOML path.")] = DEFAULT_HARDWARE,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 8,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
     pp: Annotated[
         int, typer.Option(help="Pipeline-parallel stages (devices = tp x pp; 1 = none).")
     ] = 1,
     batch: Annotated[int, typer.Option(help="Concurrent requests in the batch.")] = 64,
     input_len: Annotated[int, typer.Option(help="Prompt tokens per request.")] = 1024,
     output_len: Annotated[int, typer.Option(help="Generated tokens per request.")] = 128,
-    dtype: DtypeOpt = None,
-    act_dtype: ActDtypeOpt = None,
-    kv_dtype: KvDtypeOpt = None,
-    expert_dtype: ExpertDtypeOpt = None,
-    attn_dtype: AttnDtypeOpt = None,
-    ep: EpOpt = 1,
-    dp: DpOpt = 1,
+    dtype: po.DtypeOpt = None,
+    act_dtype: po.ActDtypeOpt = None,
+    kv_dtype: po.KvDtypeOpt = None,
+    expert_dtype: po.ExpertDtypeOpt = None,
+    attn_dtype: po.AttnDtypeOpt = None,
+    ep: po.EpOpt = 1,
+    dp: po.DpOpt = 1,
     json_out: bool = JsonOpt,
 ) -> None:
     """Estimate TTFT, TPOT, throughput and memory fit for one static batch."""
@@ -133,24 +122,13 @@ def estimate_cmd(
     m = load_model(model)
     d = load_device(hardware)
     plan, prec = build_plan(
-        m,
-        d,
-        tp=tp,
-        pp=pp,
-        ep=ep,
-        dp=dp,
-        dtype=dtype,
-        act_dtype=act_dtype,
-        kv_dtype=kv_dtype,
-        expert_dtype=expert_dtype,
-        attn_dtype=attn_dtype,
-    )
+        m, d, tp=tp, pp=pp, ep=ep, dp=dp, dtype=dtype, act_dtype=act_dtype,
+        kv_dtype=kv_dtype, expert_dtype=expert_dtype, attn_dtype=attn_dtype,
+    )  # fmt: skip
     e = estimate(Instance(m, d, plan), batch=batch, input_len=input_len, output_len=output_len)
     if json_out:
-        echo_json(
-            {**estimate_dict(e), "precision": prec.to_dict(), "ep": plan.ep, "dp": plan.dp}
-            | {"warnings": list(m.warnings)}
-        )
+        extra = {"precision": prec.to_dict(), "ep": plan.ep, "dp": plan.dp}
+        echo_json({**estimate_dict(e), **extra, "warnings": list(m.warnings)})
         return
     f = e.memory
     where = f"{tp}x {d.id}" if pp == 1 else f"{plan.devices}x {d.id} (TP{tp} x PP{pp})"

@@ -1,4 +1,4 @@
-"""Options shared by the commands that build a plan: formats per module, EP and DP.
+"""Building a plan from the format, EP and DP options (declared in ``cli.options``).
 
 ``--dtype`` sets every weight; ``--expert-dtype`` / ``--attn-dtype`` override the
 routed experts / attention; unset options take the checkpoint's ``quantization_config``
@@ -7,38 +7,7 @@ and the device's native formats (``perfmodel.plan.resolve_precision``).
 
 from __future__ import annotations
 
-from typing import Annotated, Any
-
-import typer
-
-DtypeOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--dtype",
-        help="Weight dtype of every module (bf16 fp16 fp8 int8 int4 nvfp4 mxfp4); "
-        "default: the checkpoint's quantization_config, else bf16.",
-    ),
-]
-ActDtypeOpt = Annotated[
-    str | None,
-    typer.Option(help="Math/activation dtype (default: the checkpoint's, if the device has it)."),
-]
-KvDtypeOpt = Annotated[str | None, typer.Option(help="KV-cache dtype (default bf16).")]
-ExpertDtypeOpt = Annotated[
-    str | None, typer.Option(help="Routed-expert weight dtype (overrides --dtype for experts).")
-]
-AttnDtypeOpt = Annotated[
-    str | None, typer.Option(help="Attention weight dtype (overrides --dtype for attention).")
-]
-EpOpt = Annotated[
-    int,
-    typer.Option(help="Expert parallelism: routed experts split over ep of the tp x dp devices."),
-]
-DpOpt = Annotated[
-    int,
-    typer.Option(help="Attention data parallelism: dp replicas of tp devices (tp x dp x pp)."),
-]
-
+from typing import Any
 
 PLAN_KEYS = ("dtype", "act_dtype", "kv_dtype", "expert_dtype", "attn_dtype", "ep", "dp")
 
