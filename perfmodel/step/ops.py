@@ -28,12 +28,13 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from hardware.roofline import gemm_flops_bytes, padded_rows
+from hardware.roofline import gemm_flops, gemm_flops_bytes, padded_rows
 from perfmodel.dtypes import get_dtype
 from perfmodel.memory import layer_kv_elems_per_device
 from perfmodel.model import LayerSpec, ModelSpec
 from perfmodel.moe.distinct import distinct_experts_uniform
 from perfmodel.moe.ep_comm import ep_bytes_per_gpu
+from perfmodel.moe.expert import expert_weight_elems
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
 
@@ -61,9 +62,7 @@ def _gemm(name: str, m: Arr, n: float, k: float, plan: ParallelPlan, count: int,
     f, b = gemm_flops_bytes(
         m, n, k, act_bytes=plan.act_bytes, weight_bytes=plan.weight_bytes_of(module)
     )
-    return Op(
-        name, "compute", f, b, count, unpadded_flops=2.0 * np.asarray(m) * n * k, weight_elems=n * k
-    )
+    return Op(name, "compute", f, b, count, unpadded_flops=gemm_flops(m, n, k), weight_elems=n * k)
 
 
 def _allreduce(name: str, tokens: Arr, model: ModelSpec, plan: ParallelPlan, count: int) -> Op:
@@ -242,8 +241,8 @@ def _experts_op(model: ModelSpec, plan: ParallelPlan, tokens: Arr, nm: int) -> O
     rows = tokens * k / plan.ep
     per_expert = np.where(active > 0, rows / np.maximum(active, 1e-12), 0.0)
     padded = active * padded_rows(per_expert)
-    expert_w = (up + 1) * model.hidden * inter
-    flops = 2.0 * padded * expert_w
+    expert_w = expert_weight_elems(model.hidden, inter, up + 1)
+    flops = gemm_flops(padded, expert_w, 1.0)
     bytes_ = (
         active * expert_w * plan.weight_bytes_of("routed_experts")
         + rows * (2 * model.hidden + 2 * up * inter) * plan.act_bytes
@@ -255,7 +254,7 @@ def _experts_op(model: ModelSpec, plan: ParallelPlan, tokens: Arr, nm: int) -> O
         bytes_,
         nm,
         kernels=2.0,
-        unpadded_flops=2.0 * rows * expert_w,
+        unpadded_flops=gemm_flops(rows, expert_w, 1.0),
         weight_elems=active * expert_w,
     )
 
