@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
-from hardware.device import load_device
-from perfmodel.estimate import Estimate, estimate
-from perfmodel.memory import describe_shortfall
-from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
-from perfmodel.step import StepTime
 from perfmodel.units import GiB, ms
+
+if TYPE_CHECKING:  # the library imports numpy: loaded when the command runs
+    from perfmodel.estimate import Estimate
+    from perfmodel.step import StepTime
 
 DEFAULT_MODEL = "llama-3.1-70b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -96,6 +94,12 @@ def estimate_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Estimate TTFT, TPOT, throughput and memory fit for one static batch."""
+    from hardware.device import load_device
+    from perfmodel.estimate import estimate
+    from perfmodel.memory import describe_shortfall
+    from perfmodel.model import load_model
+    from perfmodel.parallel import ParallelPlan
+
     for name, v in (
         ("--tp", tp),
         ("--pp", pp),
