@@ -11,7 +11,7 @@ from perfmodel.units import GiB, ms
 
 if TYPE_CHECKING:  # the library imports numpy: loaded when the command runs
     from perfmodel.estimate import Estimate
-    from perfmodel.step import StepTime
+    from perfmodel.step.time import StepTime
 
 DEFAULT_MODEL = "llama-3.1-70b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -98,7 +98,7 @@ def estimate_cmd(
     from perfmodel.estimate import estimate
     from perfmodel.memory import describe_shortfall
     from perfmodel.model import load_model
-    from perfmodel.parallel import ParallelPlan
+    from perfmodel.plan import ParallelPlan
 
     for name, v in (
         ("--tp", tp),
