@@ -23,6 +23,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 from typing import Any
 
@@ -170,7 +171,7 @@ def _distributed(
     window = max(WINDOW_PER_WORKER * workers, 1)
     first = [
         client.submit(chunk_text, spec, c, fmt, pure=False, key=f"chunk-{c}")
-        for c, _ in zip(chunks, range(window), strict=False)
+        for c in islice(chunks, window)
     ]
     ac = as_completed(first)
     for fut in ac:
@@ -256,6 +257,8 @@ def run_sweep(
             w.add(c, text)
             if progress is not None:
                 progress(len(spec.chunk_range(c)))
+        if w.pending or w.next != spec.chunks:  # a chunk never came back: do not pretend
+            raise SpecError(f"sweep incomplete: chunk {w.next} missing; run it again to resume")
     finally:
         w.close()
         if client is not None:
