@@ -90,7 +90,7 @@ def run_engine(
         max_time_s=max_time_s,
         queue_samples=queue_samples,
     )
-    n, arr, q_every = e.n, e.arr, e.q_every
+    n, arr, q_every, B = e.n, e.arr, e.q_every, e.B
     arrive, sample, schedule, admit, step = e.arrive, e.sample, e.schedule, e.admit, e.step
     while True:
         if e.nxt < n and arr[e.nxt] <= e.t:
@@ -102,7 +102,14 @@ def run_engine(
             continue
         if e.t > max_time_s:
             break
-        if skip_ahead and skip_run(e):
+        if (  # the cheap conditions of a decode-only run first (no call when they fail)
+            skip_ahead
+            and not e.pref
+            and e.iterations >= e.retry_at
+            and 0 < e.n_dec <= B
+            and e.sample_i >= QUEUE_WARMUP
+            and skip_run(e)
+        ):
             continue
         if e.iterations % q_every == 0 or e.sample_i < QUEUE_WARMUP:
             sample()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -29,8 +30,9 @@ class EngineState:
     global decode counter ``G``, for a prefill absolute values."""
 
     __slots__ = (
-        "B", "C", "G", "M", "act", "arr", "base_sum", "busy", "ctx", "dt", "finish", "first",
-        "free", "gen", "gen_done", "gfin", "heap", "isdec", "iterations", "kv_used",
+        "B", "C", "G", "M", "act", "arr", "base_sum", "busy", "ctx", "decode_steps", "dt",
+        "finish", "first", "free", "gen", "gen_done", "gfin", "heap", "isdec", "iterations",
+        "kv_used",
         "max_time_s", "n", "n_dec", "nxt", "o_out", "out", "preemptions", "pref", "q_every",
         "q_kv", "q_len", "q_t", "rejected", "rem", "req", "reserve", "retry_at", "s_in",
         "sample_i", "seq", "seq_of", "t", "table", "tt", "waiting",
@@ -60,6 +62,7 @@ class EngineState:
         self.finish = [math.inf] * n
         self.gen_done = [0] * n  # tokens generated, kept across a preemption
         self.table, self.tt = table, table.iteration_fn()
+        self.decode_steps: dict[int, Callable[[int], float]] = {}  # decoders -> step time fn
         self.req: list[int] = []
         self.ctx: list[int] = []
         self.rem: list[int] = []
@@ -221,8 +224,10 @@ class EngineState:
         if budget <= 0 or not waiting:
             return budget
         s_in, gen_done, o_out, C = self.s_in, self.gen_done, self.o_out, self.C
+        req, ctx, rem, gen, out = self.req, self.ctx, self.rem, self.gen, self.out
+        seq_of, isdec, free, act, pref = self.seq_of, self.isdec, self.free, self.act, self.pref
         room = self.M - self.reserve
-        kv_used = self.kv_used
+        kv_used, seq = self.kv_used, self.seq
         while budget > 0 and waiting:
             r = waiting[0]
             rm = s_in[r] + gen_done[r]  # recompute prompt + generated after a preemption
@@ -230,28 +235,27 @@ class EngineState:
             if kv_used + c > room:
                 break
             waiting.popleft()
-            if self.free:
-                k = self.free.pop()
-                self.req[k], self.ctx[k], self.rem[k] = r, 0, rm
-                self.gen[k], self.out[k] = gen_done[r], o_out[r]
-                self.seq_of[k], self.isdec[k] = self.seq, False
+            if free:
+                k = free.pop()
+                req[k], ctx[k], rem[k], gen[k], out[k] = r, 0, rm, gen_done[r], o_out[r]
+                seq_of[k], isdec[k] = seq, False
             else:
-                k = len(self.req)
-                self.req.append(r)
-                self.ctx.append(0)
-                self.rem.append(rm)
-                self.gen.append(gen_done[r])
-                self.out.append(o_out[r])
+                k = len(req)
+                req.append(r)
+                ctx.append(0)
+                rem.append(rm)
+                gen.append(gen_done[r])
+                out.append(o_out[r])
                 self.gfin.append(0)
-                self.seq_of.append(self.seq)
-                self.isdec.append(False)
-            self.seq += 1
-            self.act[k] = None
-            self.pref[k] = None
+                seq_of.append(seq)
+                isdec.append(False)
+            seq += 1
+            act[k] = None
+            pref[k] = None
             chunks.append((k, c))
             kv_used += c
             budget -= c
-        self.kv_used = kv_used
+        self.kv_used, self.seq = kv_used, seq
         return budget
 
     def step(
@@ -300,7 +304,11 @@ class EngineState:
             self.req,
             self.first,
         )
+        pref, act, free, gfin, seq_of, heap = (
+            self.pref, self.act, self.free, self.gfin, self.seq_of, self.heap
+        )  # fmt: skip
         t, G = self.t, self.G
+        freed = new_dec = new_base = 0
         for k, c in chunks:
             ctx[k] += c
             rem[k] -= c
@@ -309,20 +317,23 @@ class EngineState:
                 r = req[k]
                 if first[r] == math.inf:
                     first[r] = t
-                del self.pref[k]
+                del pref[k]
                 if gen[k] >= out[k]:
                     self.finish[r] = t
-                    self.kv_used -= ctx[k]
-                    del self.act[k]
-                    self.free.append(k)
+                    freed += ctx[k]
+                    del act[k]
+                    free.append(k)
                 else:  # becomes a decoder: store offsets from G
                     ctx[k] -= G
                     gen[k] -= G
                     self.isdec[k] = True
-                    self.n_dec += 1
-                    self.base_sum += ctx[k]
-                    self.gfin[k] = out[k] - gen[k]
-                    heapq.heappush(self.heap, (self.gfin[k], self.seq_of[k], k))
+                    new_dec += 1
+                    new_base += ctx[k]
+                    gfin[k] = out[k] - gen[k]
+                    heapq.heappush(heap, (gfin[k], seq_of[k], k))
+        self.kv_used -= freed
+        self.n_dec += new_dec
+        self.base_sum += new_base
 
     def _hold_unselected(self, sel: set[int]) -> None:
         """Decoders beyond the budget keep their context: one step back in offset terms."""

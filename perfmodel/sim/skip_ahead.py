@@ -71,7 +71,9 @@ def _vector_run(e: EngineState, nd: int, jv: int) -> None:
 
 def _scalar_run(e: EngineState, nd: int, j: int, limit: float) -> None:
     """A short decode-only run: the same iterations in a tight scalar loop."""
-    step = e.table.decode_step_fn(nd)
+    step = e.decode_steps.get(nd)
+    if step is None:  # one closure per decoder count (building it reads numpy scalars)
+        step = e.decode_steps[nd] = e.table.decode_step_fn(nd)
     x = e.base_sum + nd * e.G
     t, busy, it, kv, q_every = e.t, e.busy, e.iterations, e.kv_used, e.q_every
     i = 0
