@@ -26,6 +26,7 @@ from perfmodel.serving import service as q
 from perfmodel.serving.servemix import DEFAULT_WATERMARK
 from perfmodel.sim.engine import run_engine
 from perfmodel.sim.simulate import make_setup, simulate_workload
+from perfmodel.step.instance import Instance
 from perfmodel.step.table import build_step_table
 from perfmodel.workload.presets import preset
 
@@ -36,10 +37,12 @@ def main() -> None:
     for mid, dev, tp in (("llama-3.1-8b", "h100-sxm", 1), ("mixtral-8x7b", "a100-sxm-80gb", 2)):
         for wl in ("chat", "code"):
             m, d, plan, w = load_model(mid), load_device(dev), ParallelPlan(tp=tp), preset(wl)
-            sr = q.service_rate(m, d, plan, w)
+            sr = q.service_rate(Instance(m, d, plan), w)
             t0 = time.perf_counter()
             setup = make_setup(
-                m, d, plan, kv_capacity_tokens=sr.kv_capacity_tokens, max_batched_tokens=8192
+                Instance(m, d, plan),
+                kv_capacity_tokens=sr.kv_capacity_tokens,
+                max_batched_tokens=8192,
             )
             t_table = time.perf_counter() - t0
             for u in (0.3, 0.8, 1.2):
@@ -84,9 +87,10 @@ def engine_rates(n_requests: int = 20_000, repeats: int = 3) -> list[tuple[str, 
         ParallelPlan(tp=1),
         preset("chat"),
     )
-    sr = q.service_rate(m, d, plan, w)
+    inst = Instance(m, d, plan)
+    sr = q.service_rate(inst, w)
     M, B = sr.kv_capacity_tokens, 8192
-    table = build_step_table(m, d, plan, B)
+    table = build_step_table(inst, B)
     out = []
     for u in (0.3, 0.8):
         rng = np.random.default_rng(0)

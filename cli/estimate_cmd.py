@@ -99,6 +99,7 @@ def estimate_cmd(
     from perfmodel.memory import describe_shortfall
     from perfmodel.model import load_model
     from perfmodel.plan import ParallelPlan
+    from perfmodel.step.instance import Instance
 
     for name, v in (
         ("--tp", tp),
@@ -111,7 +112,7 @@ def estimate_cmd(
     m = load_model(model)
     d = load_device(hardware)
     plan = ParallelPlan(tp=tp, weight_dtype=dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, pp=pp)
-    e = estimate(m, d, plan, batch=batch, input_len=input_len, output_len=output_len)
+    e = estimate(Instance(m, d, plan), batch=batch, input_len=input_len, output_len=output_len)
     if json_out:
         echo_json(estimate_dict(e))
         return

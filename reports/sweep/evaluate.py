@@ -3,7 +3,8 @@
 Each row carries what ``perfmodel estimate`` reports for that configuration (TTFT,
 TPOT, end-to-end time, output tokens/s, memory fit) and equals it exactly: the chunk is
 cut into runs that differ only in the output length (the fastest axis of the grid), and
-a run needs one prefill and one decode ``step_time`` call — the decode steps of the
+a run needs one prefill and one decode iteration-time call (through
+:class:`perfmodel.step.instance.Instance`, as ``estimate``) — the decode steps of the
 longest output, whose leading ``o − 1`` entries are those of every shorter one (the
 same element-wise arithmetic as :func:`perfmodel.estimate.estimate`, checked by the
 tests).
@@ -19,11 +20,10 @@ import numpy as np
 
 from hardware.device import Device, load_device
 from perfmodel.errors import PerfModelError
-from perfmodel.memory import memory_fit
 from perfmodel.model import ModelSpec, load_model
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
-from perfmodel.step.time import step_time
+from perfmodel.step.instance import Instance
 from perfmodel.units import ms
 from reports.sweep.spec import SweepSpec
 
@@ -75,6 +75,7 @@ def _evaluate_plan(items: list[tuple[int, dict[str, Any]]]) -> list[dict[str, An
         kv_dtype=c0["kv_dtype"],
         pp=c0["pp"],
     )
+    inst = Instance(model, device, plan)
     runs = [list(r) for _, r in groupby(items, key=lambda it: (it[1]["batch"], it[1]["input_len"]))]
     longest = max(cfg["output_len"] for _, cfg in items)
     steps = max(longest - 1, 1)
@@ -85,19 +86,19 @@ def _evaluate_plan(items: list[tuple[int, dict[str, Any]]]) -> list[dict[str, An
         b = np.array([r[0][1]["batch"] for r in part], dtype=np.float64)
         s = np.array([r[0][1]["input_len"] for r in part], dtype=np.float64)
         mb = np.ceil(b / plan.pp)  # ⌈batch/pp⌉, as in estimate()
-        prefill = step_time(model, device, Batch.prefill(mb, s), plan=plan).total_s
+        prefill = inst.iteration_s(Batch.prefill(mb, s))
         ctx = s[:, None] + np.arange(steps, dtype=np.float64)[None, :]
-        decode = step_time(model, device, Batch.decode(mb[:, None], ctx), plan=plan)
-        dec_s, flops, nbytes = decode.total_s, decode.flops, decode.bytes
+        dec = Batch.decode(mb[:, None], ctx)
+        dec_s = inst.iteration_s(dec)
+        roof = inst.step(dec)  # the breakdown, for the arithmetic intensity
+        flops, nbytes = roof.flops, roof.bytes
         for j, run in enumerate(part):
-            out += _rows(model, device, plan, run, float(prefill[j]), dec_s[j], flops[j], nbytes[j])
+            out += _rows(inst, run, float(prefill[j]), dec_s[j], flops[j], nbytes[j])
     return out
 
 
 def _rows(
-    model: ModelSpec,
-    device: Device,
-    plan: ParallelPlan,
+    inst: Instance,
     run: list[tuple[int, dict[str, Any]]],
     ttft: float,
     dec_s: np.ndarray,
@@ -108,7 +109,7 @@ def _rows(
     out = []
     for i, cfg in run:
         b, s, o = cfg["batch"], cfg["input_len"], cfg["output_len"]
-        fit = memory_fit(model, device, plan, batch=b, context_len=s + o)
+        fit = inst.memory_fit(batch=b, context_len=s + o)
         n_dec = o - 1
         e2e = ttft + float(dec_s[:n_dec].sum())
         mid = n_dec // 2

@@ -14,6 +14,7 @@ from perfmodel.errors import SpecError
 from perfmodel.estimate import estimate
 from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
+from perfmodel.step.instance import Instance
 from perfmodel.units import ms
 from reports.sweep.evaluate import evaluate_chunk
 from reports.sweep.run import run_sweep
@@ -59,9 +60,7 @@ def test_rows_equal_estimate_exactly() -> None:
     for r in rows[::5]:
         plan = ParallelPlan(tp=r["tp"], pp=r["pp"])
         e = estimate(
-            load_model(r["model"]),
-            load_device(r["hardware"]),
-            plan,
+            Instance(load_model(r["model"]), load_device(r["hardware"]), plan),
             batch=r["batch"],
             input_len=r["input_len"],
             output_len=r["output_len"],

@@ -17,6 +17,7 @@ from hardware.device import load_device
 from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
 from perfmodel.sim.simulate import simulate
+from perfmodel.step.instance import Instance
 from perfmodel.step.table import build_step_table
 from perfmodel.workload.presets import preset
 
@@ -145,7 +146,7 @@ def test_engine_numbers_unchanged(model_device, name: str, skip_ahead: bool) -> 
     s, o = w.lengths.sample(n, rng)
     arr = w.arrivals(rate).times_s(n, rng) if rate > 0 else np.zeros(n)
     r = simulate(
-        build_step_table(m, d, ParallelPlan(tp=1), B),
+        build_step_table(Instance(m, d, ParallelPlan(tp=1)), B),
         arrival_s=arr,
         input_tokens=s,
         output_tokens=o,
