@@ -8,7 +8,6 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
-from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S, from_ms
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -93,6 +92,7 @@ def capacity_cmd(
     """Service rate μ and its binding bound, stability, latency, goodput, instances needed."""
     from perfmodel.serving import goodput as q_goodput
     from perfmodel.serving import service as q
+    from perfmodel.step.instance import Instance  # numpy: imported when the command runs
     from perfmodel.workload.slo import SLO
 
     m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv, pp)
@@ -246,6 +246,7 @@ def simulate_cmd(
     """Discrete-event simulation: TTFT/TPOT/E2E distributions, throughput, queue growth."""
     from perfmodel.serving import service as q
     from perfmodel.sim.simulate import make_setup, simulate_engines, simulate_workload
+    from perfmodel.step.instance import Instance
 
     if requests < 1:
         raise fail(f"--requests must be >= 1, got {requests}")
