@@ -151,6 +151,7 @@ def test_an_interrupted_sweep_resumes_with_only_the_missing_chunks(tmp_path: Pat
 def test_a_local_dask_cluster_of_two_processes_writes_the_serial_file(
     tmp_path: Path, suffix: str
 ) -> None:
+    pytest.importorskip("dask.distributed")  # the optional extra (in .[test])
     s = _spec(chunk=20)  # 8 chunks over 2 workers
     serial, dist = tmp_path / f"serial{suffix}", tmp_path / f"dask{suffix}"
     run_sweep(s, serial, scheduler="serial")
