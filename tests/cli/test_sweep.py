@@ -158,3 +158,24 @@ def test_a_local_dask_cluster_of_two_processes_writes_the_serial_file(
     r = run_sweep(s, dist, scheduler="local", workers=2)
     assert (r.workers, r.computed_chunks) == (2, 8)
     assert dist.read_bytes() == serial.read_bytes()
+
+
+def test_serial_sweeps_do_not_need_dask(tmp_path: Path) -> None:
+    """Without the dask extra the same code runs serially: a serial sweep never imports it."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    spec = _toml(tmp_path, {**GRID, "model": ["llama-3.1-8b"], "pp": [1]})
+    code = (
+        "import sys; from typer.testing import CliRunner; from cli.main import app; "
+        f"r = CliRunner().invoke(app, ['sweep', {str(spec)!r}, '--out', "
+        f"{str(tmp_path / 'o.jsonl')!r}, '--scheduler', 'serial']); "
+        "assert r.exit_code == 0, r.output; "
+        "print('dask' in sys.modules, 'distributed' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
+    assert len((tmp_path / "o.jsonl").read_text().splitlines()) == 36  # 2·3·2·3 configurations
