@@ -7,14 +7,12 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
+from cli.options import DEFAULT_HARDWARE, DEFAULT_MODEL
 from perfmodel.units import GiB, ms
 
 if TYPE_CHECKING:  # the library imports numpy: loaded when the command runs
     from perfmodel.estimate import Estimate
     from perfmodel.step.time import StepTime
-
-DEFAULT_MODEL = "llama-3.1-70b"
-DEFAULT_HARDWARE = "h100-sxm"
 
 
 def _breakdown(step: StepTime) -> list[dict[str, object]]:
@@ -81,7 +79,7 @@ def _positive(name: str, v: int) -> None:
 def estimate_cmd(
     model: Annotated[str, typer.Option(help="Model id or config.json path.")] = DEFAULT_MODEL,
     hardware: Annotated[str, typer.Option(help="Device id or TOML path.")] = DEFAULT_HARDWARE,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 8,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
     pp: Annotated[
         int, typer.Option(help="Pipeline-parallel stages (devices = tp x pp; 1 = none).")
     ] = 1,
