@@ -23,11 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from hardware.device import Device
-from perfmodel.model import ModelSpec
-from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
-from perfmodel.step.instance import Instance
+from perfmodel.step.instance import Instance, OnInstance
 from perfmodel.step.time import StepTime
 
 Arr = NDArray[np.float64]
@@ -45,7 +42,7 @@ def _sum_ops(st: StepTime, names: tuple[str, ...], include: bool) -> Arr:
 
 
 @dataclass(frozen=True)
-class StepTable:
+class StepTable(OnInstance):
     instance: Instance
     max_tokens: int
     token_s: Arr  # index T
@@ -57,18 +54,6 @@ class StepTable:
     attn_overhead_s: float
     exact: bool
     max_rel_error: float
-
-    @property
-    def model(self) -> ModelSpec:
-        return self.instance.model
-
-    @property
-    def device(self) -> Device:
-        return self.instance.device
-
-    @property
-    def plan(self) -> ParallelPlan:
-        return self.instance.plan
 
     def time_s(
         self,
