@@ -19,6 +19,7 @@ from perfmodel.errors import SpecError
 RELATIONS = (">=", "<=", "~", "in")
 RELATION_ALIASES = {"≥": ">=", "≤": "<=", "≈": "~", "==": "~", "range": "in"}
 DEFAULT_TOLERANCE = 0.10
+FLOAT_SLACK = 1e-9  # so that a value exactly at the tolerance edge counts as inside
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class Stated:
 
     def holds(self, x: float) -> bool:
         """Whether a computed value ``x`` agrees with the claim within the tolerance."""
-        t = self.tolerance
+        t = self.tolerance + FLOAT_SLACK
         if self.relation == "in":
             assert self.low is not None and self.high is not None
             return self.low * (1 - t) <= x <= self.high * (1 + t)
@@ -76,7 +77,7 @@ class Stated:
 
     def possible_under(self, bound: float, kind: str) -> bool:
         """Whether the claim can hold given an ``upper`` or ``lower`` bound on the quantity."""
-        t = self.tolerance
+        t = self.tolerance + FLOAT_SLACK
         if kind == "upper":
             if self.relation == "<=":
                 return True

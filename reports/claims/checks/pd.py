@@ -58,6 +58,7 @@ def pd_gain(params: Side) -> Outcome:
         devices=[params.device()],
         dtype=str(params.get("weight_dtype", "bf16")),
         kv_dtype=str(params.get("kv_dtype", "bf16")),
+        tps=[int(t) for t in params.get("tps", [1, 2, 4, 8])],
     )
     if not col.feasible or col.per_gpu_rate_per_s <= 0:
         steps.append(("colocated", "no colocated configuration meets the SLO at any rate"))
