@@ -17,17 +17,17 @@ from typing import Any
 from hardware.device import Device, load_device
 from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec, load_model
-from perfmodel.parallel import ParallelPlan
+from perfmodel.plan import ParallelPlan
+from perfmodel.step.instance import Instance
 from perfmodel.units import from_ms
-from perfmodel.workload import (
-    SLO,
+from perfmodel.workload.lengths import (
     LengthDistribution,
     TruncLogNormal,
-    Workload,
     fixed_lengths,
     lognormal_lengths,
-    preset,
 )
+from perfmodel.workload.presets import Workload, preset
+from perfmodel.workload.slo import SLO
 
 LENGTH_KEYS = ("input_tokens", "output_tokens", "input_lognormal", "output_lognormal", "workload")
 _CACHE: dict[tuple[Any, ...], Any] = {}
@@ -85,6 +85,10 @@ class Side:
     def device(self, key: str = "device") -> Device:
         d = self._path_or_id(str(self.need(key)))
         return _cached(("device", d), lambda: load_device(d))
+
+    def instance(self) -> Instance:
+        """The instance (model × device × plan) every check costs its iterations on."""
+        return Instance(self.model(), self.device(), self.plan())
 
     def lengths_key(self) -> tuple[Any, ...]:
         return tuple(repr(self.values.get(k)) for k in LENGTH_KEYS)

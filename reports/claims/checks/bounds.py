@@ -8,9 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.batch import Batch
 from perfmodel.errors import SpecError
-from perfmodel.step import StepTime, step_time
+from perfmodel.step.batch import Batch
+from perfmodel.step.time import StepTime
 from perfmodel.units import MS_PER_S, GiB, gbit_per_s_to_bytes_per_s
 from reports.claims.setup import Side
 from reports.claims.verdict import Outcome, num
@@ -26,7 +26,7 @@ def _batch(p: Side) -> Batch:
 
 
 def _step(p: Side, batch: Batch | None = None) -> StepTime:
-    return step_time(p.model(), p.device(), batch or _batch(p), plan=p.plan())
+    return p.instance().step(batch or _batch(p))
 
 
 def bytes_removed(params: Side) -> Outcome:
@@ -87,7 +87,7 @@ def intensity(params: Side) -> Outcome:
     b = min(params.int("max_num_seqs", 1 << 20), fit.max_batch(ctx))
     if b < 1:
         raise SpecError(f"no sequence of {ctx} tokens fits in the KV cache")
-    st = step_time(model, dev, Batch.decode(b, ctx), plan=plan)
+    st = params.instance().step(Batch.decode(b, ctx))
     share = float(st.by_bound()["memory"]) / float(st.total_s)
     ai = float(st.flops) / float(st.bytes)
     ridge = dev.ridge_flop_per_byte(plan.act_dtype)
@@ -168,8 +168,8 @@ def transfer(params: Side) -> Outcome:
     prefill on ``device``. With ``messages`` and ``baseline_messages``: the bytes go as
     that many equal messages one after another (each paying the latency), and the value
     is the time saved, ``1 − t(messages)/t(baseline_messages)``."""
+    from perfmodel.cache.paging import link_transfer_s
     from perfmodel.memory import kv_bytes_per_token_per_device
-    from perfmodel.paging import link_transfer_s
 
     steps = []
     if params.get("bytes") is not None:

@@ -21,8 +21,8 @@ REL_TOL = 1e-6
 
 
 def _reduction(rng: np.random.Generator) -> tuple[bool, bool]:
-    from solvers.dispatch import solve_milp
-    from solvers.hardness import has_equal_partition, partition_instance
+    from solvers.dispatch.hardness import has_equal_partition, partition_instance
+    from solvers.dispatch.solve import solve_milp
 
     n = int(rng.choice([4, 6, 8]))
     w = rng.integers(1, 15, size=n)
@@ -35,8 +35,8 @@ def _reduction(rng: np.random.Generator) -> tuple[bool, bool]:
 
 
 def _limits(rng: np.random.Generator) -> tuple[bool, bool]:
-    from solvers.dispatch import Placement, make_problem, solve_milp
-    from solvers.hardness import solve_activation_limit, solve_token_limit
+    from solvers.dispatch.hardness import solve_activation_limit, solve_token_limit
+    from solvers.dispatch.solve import Placement, make_problem, solve_milp
 
     E, G = int(rng.integers(6, 14)), int(rng.integers(2, 5))
     rep = (rng.random((E, G)) < 0.4).astype(np.int64)

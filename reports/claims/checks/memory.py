@@ -4,7 +4,7 @@ The budget is the project's (:func:`perfmodel.memory.memory_fit`: usable HBM min
 weights and the activation reserve) for a catalog model, or — for a model the catalog
 lacks — ``hbm · gpu_memory_utilization − weight_params · weight_bits/8 −
 reserve_bytes`` from explicit numbers. A sequence's bytes at a context follow
-:func:`perfmodel.context_memory.sequence_kv_bytes` (full, sliding-window and recurrent
+:func:`perfmodel.cache.context_memory.sequence_kv_bytes` (full, sliding-window and recurrent
 layers), times ``kv_keep_fraction`` for a compressed cache; ``kv_bytes_per_token``
 overrides the model's.
 
@@ -18,11 +18,11 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from perfmodel.context_memory import concurrent_sequences, sequence_kv_bytes
+from perfmodel.cache.context_memory import concurrent_sequences, sequence_kv_bytes
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
 from perfmodel.memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_fit
-from perfmodel.units import BITS_PER_BYTE, GiB
+from perfmodel.units import BITS_PER_BYTE, GiB, MiB
 from reports.claims.verdict import Outcome, num
 
 KINDS = ("fits", "max_batch", "concurrent_sequences", "max_context")
@@ -85,7 +85,7 @@ def _one(side: Any) -> tuple[float, dict[str, Any]]:
         per = _seq_bytes(side, kv_tok, L)
         if per <= 0:  # nothing held per sequence: the KV bytes are an open assumption
             return math.nan, info
-        info[f"bytes per sequence at {L:,.0f} tokens (MiB)"] = per / 2**20
+        info[f"bytes per sequence at {L:,.0f} tokens (MiB)"] = per / MiB
         if kind == "fits":
             b = side.num("batch", 1)
             v = (budget + b * per) / (b * per) if budget > -b * per else 0.0

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.batch import Batch
 from perfmodel.errors import SpecError
+from perfmodel.step.batch import Batch
 from perfmodel.units import MS_PER_S
 from reports.claims.setup import Side
 from reports.claims.verdict import Outcome, num
@@ -37,7 +37,7 @@ def crossover(params: Side) -> Outcome:
     """
     from hardware.device import load_device
     from hardware.profile_io import load_profile
-    from perfmodel.expert import (
+    from perfmodel.moe.expert import (
         crossover_interval,
         crossover_tokens,
         derived_expert_profile,
@@ -58,7 +58,7 @@ def crossover(params: Side) -> Outcome:
         path = _shared_data(str(data[i]), params.base_dir) if i < len(data) else None
         how = source
         if source == "data" and path is not None and path.exists():
-            from hardware.fit import read_measurements
+            from hardware.measurements import read_measurements
 
             meas = read_measurements(
                 str(path), time_col="latency_ms", where={"gemm_dtype": "bfloat16"}
@@ -93,7 +93,7 @@ def crossover(params: Side) -> Outcome:
 
 
 def _activation(model: Any, skew: float) -> np.ndarray:
-    from perfmodel.cache_serving import popularity_activation
+    from perfmodel.cache.serving import popularity_activation
 
     assert model.moe is not None
     e, k = model.moe.num_experts, model.moe.top_k
@@ -106,7 +106,7 @@ def expert_cache(params: Side) -> Outcome:
     Independent-reference routing with Zipf(``zipf_exponent``) popularity (0 = uniform),
     steps of ``tokens`` tokens, ``policy`` lru (Che) or static (top-C by popularity).
     """
-    from perfmodel.paging import expert_misses
+    from perfmodel.cache.paging import expert_misses
 
     model = params.model()
     if model.moe is None:
@@ -130,8 +130,8 @@ def expert_cache(params: Side) -> Outcome:
 
 
 def _offload_step(side: Side, model: Any, compute_s: float, tokens: float) -> tuple[float, dict]:
-    from perfmodel.footprint import expert_bytes
-    from perfmodel.paging import expert_fetch, expert_misses, step_with_misses_s
+    from perfmodel.cache.footprint import expert_bytes
+    from perfmodel.cache.paging import expert_fetch, expert_misses, step_with_misses_s
 
     dev = side.device()
     assert model.moe is not None
@@ -166,18 +166,14 @@ def offload_speedup(params: Side) -> Outcome:
     Each side: ``cache_experts`` per layer (0: load on demand), ``policy``, ``low_dtype``
     with ``low_fraction`` of misses fetched in it, ``prefetched`` fraction overlapped with
     compute, ``miss_scale`` (misses relative to the IRM model, e.g. < 1 for a predictor).
-    The compute part is the decode step with every expert resident (step_time).
+    The compute part is the decode iteration with every expert resident.
     """
-    from perfmodel.step import step_time
-
     model = params.model()
     if model.moe is None:
         raise SpecError(f"{model.id} is not a mixture-of-experts model")
     batch = params.num("batch", 1)
     ctx = params.num("context_len", 512)
-    comp = float(
-        step_time(model, params.device(), Batch.decode(batch, ctx), plan=params.plan()).total_s
-    )
+    comp = float(params.instance().iteration_s(Batch.decode(batch, ctx)))
     ta, ia = _offload_step(params.side("a"), model, comp, batch)
     tb, ib = _offload_step(params.side("b"), model, comp, batch)
     steps = [("decode step with experts resident (ms)", num(comp * MS_PER_S))]

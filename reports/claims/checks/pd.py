@@ -16,7 +16,7 @@ from reports.claims.verdict import Outcome, num
 
 
 def _fluid(p: Side, *, lengths: Any = None) -> tuple[Any, list[tuple[str, str]]]:
-    from solvers.pd_plan import evaluate_options, fluid_optimum
+    from solvers.pd.plan import evaluate_options, fluid_optimum
 
     model, dev = p.model(), p.device()
     dec = p.device("decode_device") if p.get("decode_device") else dev
@@ -48,7 +48,7 @@ def _fluid(p: Side, *, lengths: Any = None) -> tuple[Any, list[tuple[str, str]]]
 
 def pd_gain(params: Side) -> Outcome:
     """Goodput per GPU of the best disaggregated pair over the best colocated instance."""
-    from solvers.pd_plan import colocated_baseline
+    from solvers.pd.plan import colocated_baseline
 
     f, steps = _fluid(params)
     col = colocated_baseline(

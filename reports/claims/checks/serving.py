@@ -8,8 +8,8 @@ quantization is ``kv_dtype``) plus a ``policy``:
 * ``chunked_tbt`` — the same with the largest budget whose full iteration meets
   ``tbt_slo_ms`` (Sarathi-Serve): throughput, goodput;
 * ``prefill_stall`` — whole prefills ahead of stalled decodes
-  (:mod:`perfmodel.prefill_priority`): throughput, goodput, tpot_mean, ttft_mean;
-* ``static`` — request-level batching (:mod:`perfmodel.static_batching`): throughput;
+  (:mod:`perfmodel.serving.prefill_priority`): throughput, goodput, tpot_mean, ttft_mean;
+* ``static`` — request-level batching (:mod:`perfmodel.serving.static_batching`): throughput;
 * ``saturated_decode`` — decode at full KV with ``allocation`` paged / reserved_max /
   reserved_actual and ``kv_keep_fraction`` of the KV kept: decode_throughput.
 
@@ -26,11 +26,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from perfmodel.batch import Batch
+from perfmodel.cache.kv_paging import paging_vs_reservation
 from perfmodel.errors import SpecError
-from perfmodel.kv_paging import paging_vs_reservation
 from perfmodel.memory import memory_fit
-from perfmodel.step import step_time
+from perfmodel.step.batch import Batch
 from perfmodel.units import MS_PER_S, from_ms
 from reports.claims.setup import Side, _cached
 from reports.claims.verdict import Outcome, num
@@ -46,8 +45,9 @@ def _kv(side: Side) -> int | None:
 
 
 def _continuous(side: Side, metric: str, policy: str) -> tuple[float, dict[str, Any]]:
-    from perfmodel.prefill_priority import tbt_budget
-    from perfmodel.queueing import goodput, latency, service_rate
+    from perfmodel.serving.goodput import goodput
+    from perfmodel.serving.prefill_priority import tbt_budget
+    from perfmodel.serving.service import latency, service_rate
 
     model, dev, plan, wl = side.model(), side.device(), side.plan(), side.workload()
     if policy == "chunked_tbt":
@@ -56,15 +56,13 @@ def _continuous(side: Side, metric: str, policy: str) -> tuple[float, dict[str, 
             ("budgets", model.id, dev.id, repr(plan), side.lengths_key(), _kv(side)), dict
         )
         sr = tbt_budget(
-            model, dev, plan, wl, tbt_slo_s=tbt, kv_capacity_tokens=_kv(side), rates=memo
+            side.instance(), wl, tbt_slo_s=tbt, kv_capacity_tokens=_kv(side), rates=memo
         )
         if sr is None:
             return 0.0, {"note": "no token budget meets the TBT target"}
     else:
         sr = service_rate(
-            model,
-            dev,
-            plan,
+            side.instance(),
             wl,
             kv_capacity_tokens=_kv(side),
             max_batched_tokens=side.int("max_batched_tokens", 8192),
@@ -97,7 +95,11 @@ def _continuous(side: Side, metric: str, policy: str) -> tuple[float, dict[str, 
 
 
 def _stall(side: Side, metric: str) -> tuple[float, dict[str, Any]]:
-    from perfmodel.prefill_priority import prefill_times, stall_goodput, stall_operating_point
+    from perfmodel.serving.prefill_priority import (
+        prefill_times,
+        stall_goodput,
+        stall_operating_point,
+    )
 
     model, dev, plan, lengths = side.model(), side.device(), side.plan(), side.lengths()
     M = _kv(side) or memory_fit(model, dev, plan).kv_capacity_tokens
@@ -108,9 +110,7 @@ def _stall(side: Side, metric: str) -> tuple[float, dict[str, Any]]:
         given = metric == "goodput" and side.get("ttft_slo_ms") is not None
         ttft = from_ms(side.num("ttft_slo_ms")) if given else math.inf
         g = stall_goodput(
-            model,
-            dev,
-            plan,
+            side.instance(),
             lengths,
             kv_capacity_tokens=M,
             tbt_slo_s=tbt,
@@ -120,11 +120,8 @@ def _stall(side: Side, metric: str) -> tuple[float, dict[str, Any]]:
         )
         return g, {"largest rate meeting the criterion (req/s)": g, "KV capacity (tokens)": M}
     if metric in ("tpot_mean", "ttft_mean"):
-        pt = prefill_times(model, dev, plan, lengths, max_decode_seqs=cap)
+        pt = prefill_times(side.instance(), lengths, max_decode_seqs=cap)
         op = stall_operating_point(
-            model,
-            dev,
-            plan,
             pt,
             side.num("rate_per_s"),
             kv_capacity_tokens=M,
@@ -137,14 +134,12 @@ def _stall(side: Side, metric: str) -> tuple[float, dict[str, Any]]:
 
 
 def _static(side: Side, metric: str) -> tuple[float, dict[str, Any]]:
-    from perfmodel.static_batching import static_batching
+    from perfmodel.serving.static_batching import static_batching
 
     if metric != "throughput":
         raise SpecError("static batching is modeled at saturation only: metric 'throughput'")
     r = static_batching(
-        side.model(),
-        side.device(),
-        side.plan(),
+        side.instance(),
         side.lengths(),
         max_batch=side.int("max_batch", 256),
         kv_capacity_tokens=_kv(side),
@@ -167,7 +162,7 @@ def saturated_decode(side: Side) -> tuple[float, dict[str, Any]]:
     cmp = _cached(
         key,
         lambda: paging_vs_reservation(
-            model, dev, plan, lengths, max_len_tokens=None if ml is None else int(ml)
+            side.instance(), lengths, max_len_tokens=None if ml is None else int(ml)
         ),
     )
     sch = {
@@ -179,7 +174,7 @@ def saturated_decode(side: Side) -> tuple[float, dict[str, Any]]:
     raw = cmp.kv_capacity_tokens / (sch.footprint_tokens * keep)
     b = min(math.floor(raw) if alloc == "reserved_max" else raw, cap)
     ctx = cmp.mean_context_tokens * keep
-    t = float(step_time(model, dev, Batch.decode(b, ctx), plan=plan).total_s)
+    t = float(side.instance().iteration_s(Batch.decode(b, ctx)))
     return b / t, {
         "KV capacity M (tokens)": cmp.kv_capacity_tokens,
         "footprint per request (tokens)": sch.footprint_tokens * keep,
@@ -230,9 +225,7 @@ def serving_ratio(params: Side) -> Outcome:
 def kv_paging(params: Side) -> Outcome:
     """Paged over max-length-reserved decode throughput (``perfmodel.kv_paging``)."""
     p = paging_vs_reservation(
-        params.model(),
-        params.device(),
-        params.plan(),
+        params.instance(),
         params.lengths(),
         max_len_tokens=int(params.get("max_len_tokens")) if params.get("max_len_tokens") else None,
         max_num_seqs=params.int("max_num_seqs", 256),

@@ -1,4 +1,4 @@
-"""Speculative decoding speedup (``perfmodel.speculative``) against a claimed figure.
+"""Speculative decoding speedup (``perfmodel.serving.speculative``) against a claimed figure.
 
 Parameters: ``gamma`` (draft tokens), ``alpha`` (per-token acceptance; the main
 assumption, with no default: it is a property of the draft and the data),
@@ -15,9 +15,10 @@ from reports.claims.verdict import Assumption, Outcome, num
 
 
 def speculative(params: Side) -> Outcome:
+    from perfmodel.cache.paging import link_transfer_s
     from perfmodel.model import load_model
-    from perfmodel.paging import link_transfer_s
-    from perfmodel.speculative import speculative_speedup
+    from perfmodel.serving.speculative import speculative_speedup
+    from perfmodel.step.instance import Instance
 
     dev = params.device()
     extra = 0.0
@@ -26,14 +27,12 @@ def speculative(params: Side) -> Outcome:
     draft = params.get("draft_model")
     alpha_given = params.get("alpha") is not None
     r = speculative_speedup(
-        params.model(),
-        dev,
-        params.plan(),
+        params.instance(),
         gamma=params.int("gamma"),
         alpha=params.num("alpha") if alpha_given else 1.0,
         batch=params.int("batch", 1),
         context_len=params.int("context_len", 1024),
-        draft_model=load_model(str(draft)) if draft else None,
+        draft=Instance(load_model(str(draft)), dev, params.plan()) if draft else None,
         draft_cost_ratio=None if draft else params.num("draft_cost_ratio", 0.0),
         extra_step_s=extra,
     )

@@ -21,13 +21,11 @@ from reports.claims.verdict import Outcome, num
 
 
 def _service(p: Side):
-    from perfmodel.queueing import service_rate
+    from perfmodel.serving.service import service_rate
 
     kv = p.get("kv_capacity_tokens")
     return service_rate(
-        p.model(),
-        p.device(),
-        p.plan(),
+        p.instance(),
         p.workload(),
         kv_capacity_tokens=None if kv is None else p.int("kv_capacity_tokens"),
         max_batched_tokens=p.int("max_batched_tokens", 8192),
@@ -49,7 +47,7 @@ def stability(params: Side) -> Outcome:
             ],
         )
     if kind == "cluster_size":
-        from perfmodel.queueing import instances_needed
+        from perfmodel.serving.goodput import instances_needed
 
         sr = _service(params)
         s = instances_needed(
@@ -67,7 +65,7 @@ def stability(params: Side) -> Outcome:
     if kind != "sim_deviation":
         raise SpecError("stability kind must be sim_deviation, stable_rate or cluster_size")
     from perfmodel.memory import memory_fit
-    from perfmodel.simulate import make_setup, saturation_rate_per_s
+    from perfmodel.sim.simulate import make_setup, saturation_rate_per_s
 
     cases = params.need("cases")
     errs, steps = [], []
@@ -78,7 +76,7 @@ def stability(params: Side) -> Outcome:
         model, dev, plan = side.model(), side.device(), side.plan()
         M = sr.kv_capacity_tokens or memory_fit(model, dev, plan).kv_capacity_tokens
         setup = make_setup(
-            model, dev, plan, kv_capacity_tokens=M, max_batched_tokens=sr.max_batched_tokens
+            side.instance(), kv_capacity_tokens=M, max_batched_tokens=sr.max_batched_tokens
         )
         sim = saturation_rate_per_s(setup, side.lengths(), n_requests=params.int("requests", 1500))
         e = abs(sr.rate_per_s / sim - 1)
