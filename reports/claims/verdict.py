@@ -128,9 +128,18 @@ def _agrees(stated: Stated, x: float, bound: str | None) -> bool:
 def _holding_interval(
     stated: Stated, a: Assumption, f: Callable[[float], float], bound: str | None
 ) -> tuple[float, float] | None:
-    """The values of ``a`` in its range where the claim holds, refined at the edges."""
+    """The values of ``a`` in its range where the claim holds, refined at the edges.
+
+    A claim that holds only in a window narrower than the grid step (``≈`` with a small
+    tolerance) is found where the value crosses the claimed one between two grid points.
+    """
     grid = a.grid()
     ok = [_agrees(stated, f(v), bound) for v in grid]
+    if not any(ok) and bound is None:
+        found = _crossing(stated, a, f, grid)
+        if found is not None:
+            grid = sorted([*grid, found])
+            ok = [_agrees(stated, f(v), bound) for v in grid]
     if not any(ok):
         return None
     idx = [i for i, k in enumerate(ok) if k]
@@ -148,6 +157,36 @@ def _holding_interval(
     lo = grid[i0] if i0 == 0 else edge(grid[i0], grid[i0 - 1])
     hi = grid[i1] if i1 == len(grid) - 1 else edge(grid[i1], grid[i1 + 1])
     return lo, hi
+
+
+def _side(stated: Stated, x: float) -> int:
+    """-1 below the claimed value (or range), +1 above, 0 agreeing."""
+    if stated.holds(x):
+        return 0
+    ref = stated.low if stated.relation == "in" else stated.value
+    assert ref is not None
+    return -1 if x < ref else 1
+
+
+def _crossing(
+    stated: Stated, a: Assumption, f: Callable[[float], float], grid: list[float]
+) -> float | None:
+    """A value of ``a`` where the claim holds, bisected between grid points whose values
+    lie on opposite sides of the claim (``None`` if there is no such pair)."""
+    sides = [_side(stated, f(v)) if math.isfinite(f(v)) else 0 for v in grid]
+    for i in range(len(grid) - 1):
+        if sides[i] * sides[i + 1] < 0:
+            lo, hi, s_lo = grid[i], grid[i + 1], sides[i]
+            for _ in range(4 * a.refine):
+                mid = math.sqrt(lo * hi) if a.log else 0.5 * (lo + hi)
+                sm = _side(stated, f(mid))
+                if sm == 0:
+                    return mid
+                if sm == s_lo:
+                    lo = mid
+                else:
+                    hi = mid
+    return None
 
 
 def _defaults(o: Outcome) -> dict[str, float]:

@@ -102,3 +102,13 @@ def test_not_checkable_keeps_the_reason() -> None:
 def test_bad_claim_files_say_what_to_fix(patch: dict, msg: str) -> None:
     with pytest.raises(SpecError, match=msg):
         claim_from_dict({**BASE, **patch})
+
+
+def test_narrow_window_between_grid_points_is_found() -> None:
+    # value = 10·a on a 7-point grid of 0–1: the claim ≈ 4.7 ± 1% holds only for a in
+    # [0.4653, 0.4747], between the grid points 0.333 and 0.5
+    c = _claim(relation="~", value=4.7, tolerance=0.01)
+    a = Assumption("a", 0.0, 0.0, 1.0, points=7, refine=6)
+    v = judge(c, Outcome(value=0.0, assumptions=(a,), evaluate=lambda over: 10 * over["a"]))
+    assert v.verdict == NEEDS and v.needed is not None
+    assert 0.4653 - 0.01 <= v.needed["low"] <= v.needed["high"] <= 0.4747 + 0.01
