@@ -40,6 +40,7 @@ import numpy as np
 
 from perfmodel.errors import SpecError
 from perfmodel.serving.classic_queues import pollaczek_khinchine_wait_s
+from perfmodel.serving.search import max_rate
 from perfmodel.serving.servemix import PROMPT_BINS, compress_atoms
 from perfmodel.serving.service import ServiceRate, service_rate
 from perfmodel.step.batch import Batch
@@ -193,13 +194,7 @@ def stall_goodput(
     lo = hi * 1e-4
     if not ok(lo):
         return 0.0
-    while hi - lo > rel_tol * lo:
-        mid = math.sqrt(lo * hi)
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return max_rate(ok, hi, lo=lo, rel_tol=rel_tol)
 
 
 def tbt_budget(
