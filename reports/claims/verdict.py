@@ -249,7 +249,7 @@ def judge(claim: Claim, o: Outcome, *, elapsed_s: float = 0.0) -> Verdict:
                 if lo <= main.low and hi < main.high
                 else f"{main.name} in [{main.fmt(lo)}, {main.fmt(hi)}]"
             )
-            at = "" if x is None else f"; at the default the {what} is {x:.4g}{_u(o.unit)}"
+            at = "" if x is None else f"; as set up, the {what} is {x:.4g}{_u(o.unit)}"
             text = (
                 f"holds if {need} (plausible range {main.fmt(main.low)}–{main.fmt(main.high)}){at}"
             )
