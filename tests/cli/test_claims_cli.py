@@ -183,14 +183,14 @@ def test_report_renders_in_headless_browser(
 def test_report_command_writes_md_and_html(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import reports.claims.schema as schema
 
-    few = [c for c in load_library() if c.id in ("gear-peak-2.29x", "kvbuffer-5x")]
+    few = [c for c in load_library() if c.id in ("des-38pct", "kvbuffer-5x")]
     monkeypatch.setattr(schema, "load_library", lambda: few)
     for name in ("claims.md", "claims.html"):
         out = tmp_path / name
         r = invoke("claims", "report", "--out", str(out))
         assert r.exit_code == 0, r.output
         text = out.read_text(encoding="utf-8")
-        assert "gear-peak-2.29x" in text and "kvbuffer-5x" in text
+        assert "des-38pct" in text and "kvbuffer-5x" in text
         assert "1 consistent" in r.output and "1 not checkable" in r.output
         again = invoke("claims", "report", "--out", str(out))
         assert again.exit_code == 2 and "--force" in again.output
