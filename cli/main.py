@@ -7,6 +7,7 @@ import typer
 from cli import (
     cache_cmd,
     capacity_cmd,
+    claims_cmd,
     dispatch_cmd,
     estimate_cmd,
     hardware_cmd,
@@ -37,6 +38,7 @@ app.command("simulate")(capacity_cmd.simulate_cmd)
 app.add_typer(pd_cmd.app, name="pd")
 app.add_typer(phase_cmd.app, name="phase")
 app.command("sweep")(sweep_cmd.sweep_cmd)
+app.add_typer(claims_cmd.app, name="claims")
 
 
 def main() -> None:

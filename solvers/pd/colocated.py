@@ -39,16 +39,18 @@ def colocated_baseline(
     kv_dtype: str = "bf16",
     max_batched_tokens: int = COLOCATED_BUDGET_TOKENS,
     rel_tol: float = 0.02,
+    tps: Sequence[int] | None = None,
 ) -> Colocated:
     """Best per-GPU goodput of chunked-prefill instances under the percentile criterion.
 
     Configurations are visited in decreasing order of the upper bound ``μ/tp`` (goodput
     never exceeds the service rate ``μ``), stopping when the bound falls below the best
-    goodput found (branch and bound: exact, and few goodput searches).
+    goodput found (branch and bound: exact, and few goodput searches). ``tps``: the
+    tensor-parallel degrees to try (default every valid one).
     """
     cands = []
     for dev in devices:
-        for tp in valid_tps(model):
+        for tp in tps or valid_tps(model):
             try:
                 sv = service_rate(
                     Instance(model, dev, parallel_plan(tp, dtype, kv_dtype)),
