@@ -1,0 +1,79 @@
+"""On-disk cache of configuration evaluations (goodput searches cost ~0.1-1 s each).
+
+Keyed by a SHA-256 of everything the evaluation reads: the model, device, plan,
+workload lengths and burstiness, SLO, engine settings, and the source text of the
+``perfmodel``, ``hardware`` and ``solvers`` packages (so a change to the performance
+model invalidates every entry). Entries are pickles of the project's own frozen
+dataclasses, written atomically. Directory: ``$PERFMODEL_CACHE_DIR``, else
+``$XDG_CACHE_HOME/perfmodel``, else ``~/.cache/perfmodel``; ``PERFMODEL_CACHE_DIR=off``
+disables it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import tempfile
+from collections.abc import Callable
+from functools import cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+@cache
+def code_version() -> str:
+    """A digest of the modelling code (every .py file under perfmodel, hardware, solvers)."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parents[2]
+    for pkg in ("perfmodel", "hardware", "solvers"):
+        for f in sorted((root / pkg).rglob("*.py")):
+            h.update(f.relative_to(root).as_posix().encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def cache_dir() -> Path | None:
+    env = os.environ.get("PERFMODEL_CACHE_DIR")
+    if env == "off":
+        return None
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "perfmodel"
+
+
+def digest(*parts: Any) -> str:
+    """A stable key of ``parts`` (reprs; numpy arrays by their bytes)."""
+    h = hashlib.sha256(code_version().encode())
+    for p in parts:
+        tobytes = getattr(p, "tobytes", None)
+        h.update(tobytes() if callable(tobytes) else repr(p).encode())
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def cached(kind: str, key: str, compute: Callable[[], T], *, enabled: bool = True) -> T:
+    """``compute()``, memoized on disk under ``kind/key`` (a corrupt entry is recomputed)."""
+    d = cache_dir() if enabled else None
+    if d is None:
+        return compute()
+    path = d / kind / f"{key}.pkl"
+    try:
+        with path.open("rb") as f:
+            value: T = pickle.load(f)
+            return value
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        pass
+    value = compute()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    except OSError:  # a read-only home: the cache is an optimization, not a requirement
+        pass
+    return value
