@@ -2,9 +2,10 @@
 
 Keyed by a SHA-256 of everything the evaluation reads: the model, device, plan,
 workload lengths and burstiness, SLO, engine settings, and the source text of the
-``perfmodel``, ``hardware`` and ``solvers`` packages (so a change to the performance
-model invalidates every entry). Entries are pickles of the project's own frozen
-dataclasses, written atomically. Directory: ``$PERFMODEL_CACHE_DIR``, else
+``perfmodel`` and ``hardware`` packages, of the PD planner's modules and of
+``solvers/fleet/candidates.py`` (so a change to the performance model invalidates every
+entry; a change to the fleet MILP or the report does not). Entries are pickles of the
+project's own frozen dataclasses, written atomically. Directory: ``$PERFMODEL_CACHE_DIR``, else
 ``$XDG_CACHE_HOME/perfmodel``, else ``~/.cache/perfmodel``; ``PERFMODEL_CACHE_DIR=off``
 disables it.
 """
@@ -25,13 +26,15 @@ T = TypeVar("T")
 
 @cache
 def code_version() -> str:
-    """A digest of the modelling code (every .py file under perfmodel, hardware, solvers)."""
+    """A digest of the modelling code the evaluations run (see the module docstring)."""
     h = hashlib.sha256()
     root = Path(__file__).resolve().parents[2]
-    for pkg in ("perfmodel", "hardware", "solvers"):
-        for f in sorted((root / pkg).rglob("*.py")):
-            h.update(f.relative_to(root).as_posix().encode())
-            h.update(f.read_bytes())
+    files = [*(root / "perfmodel").rglob("*.py"), *(root / "hardware").rglob("*.py")]
+    files += [*(root / "solvers").rglob("pd*.py"), root / "solvers/fleet/candidates.py"]
+    files += [*(root / "solvers").rglob("pd/*.py")]
+    for f in sorted(set(files)):
+        h.update(f.relative_to(root).as_posix().encode())
+        h.update(f.read_bytes())
     return h.hexdigest()[:16]
 
 

@@ -118,9 +118,18 @@ def compute_dtype(device: Device) -> str | None:
     return None
 
 
+#: Devices of one PCIe-only server (no scale-up link): TP runs over the host link there
+#: (``hardware.comm.link_for_group``); 8 cards is the usual L40S / H100 PCIe server.
+PCIE_HOST_DEVICES = 8
+
+
 def tp_degrees(model: ModelSpec, device: Device, tps: Sequence[int] = TP_CANDIDATES) -> list[int]:
-    """TP degrees the model allows within the device's scale-up domain."""
-    domain = 1 + (device.scale_up.peers if device.scale_up.topology != "none" else 0)
+    """TP degrees the model allows within one node (scale-up domain, or a PCIe host)."""
+    from hardware.comm import scale_up_domain_size
+
+    domain = scale_up_domain_size(device)
+    if domain == 1:
+        domain = PCIE_HOST_DEVICES
     out = []
     for tp in tps:
         if tp > domain:

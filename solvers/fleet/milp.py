@@ -2,15 +2,17 @@
 
 Variables: integer instance counts ``n_o`` per option ``o``; the share ``y_{b,o}`` of
 request bucket ``b`` routed to colocated option ``o`` (continuous in [0, 1], or binary
-per slice as in Mélange); for disaggregated serving, a binary ``z_k`` choosing one decode
-class ``k`` and the rate ``x_k`` it serves::
+per slice as in Mélange); for disaggregated serving, the rate ``x_k`` served through
+decode class ``k`` (a device type and TP: the prefill goodputs of class ``k`` were
+evaluated with the KV link into it, so each class has its own prefill pools)::
 
-    min  Σ_o c_o·n_o  (+ a tie-break of 1e-6·c_min per device: fewer devices)
+    min  Σ_o (c_o + ε_o)·n_o   (ε_o = 1e-6·c_min·(devices_o + o/|O|): among equal-cost
+                                fleets the one with fewer devices, then the earlier options,
+                                so that ties are not split over interchangeable pools)
     s.t. Σ_o y_{b,o} + Σ_k x_k / D = 1                 demand_b    (PD only when one bucket)
          Σ_b D_b·y_{b,o} / g_{o,b} ≤ n_o              capacity_o  (Mélange's load model)
          Σ_{p∈P_k} g_p·n_p ≥ x_k,  Σ_{d∈D_k} g_d·n_d ≥ x_k        prefill / decode goodput
          Σ_{p∈P_k} e_p·n_p ≥ x_k,  Σ_{d∈D_k} i_d·n_d ≥ x_k        KV link egress / ingress
-         n_o ≤ U_o·z_k (o in class k),  x_k ≤ D·z_k,  Σ_k z_k ≤ 1
          min_t ≤ Σ_{o of type t} devices_o·n_o ≤ max_t  availability per device type
 
 ``D_b`` is bucket ``b``'s rate (× headroom), ``g_{o,b}`` the goodput of one instance of
@@ -30,12 +32,15 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perfmodel.errors import SolverError, SpecError
 
 _TIE_BREAK = 1e-6
+#: relative MIP gap: 1e-5 of a $100/h fleet is a tenth of a cent per hour
+_GAP_REL = 1e-5
+_LINK_CAP = 1e3
 
 
 @dataclass(frozen=True)
@@ -133,8 +138,36 @@ def _ub(o: FleetOption, total: float, cap: int | None) -> int:
     return max(u, 0)
 
 
+def _dominates(a: FleetOption, b: FleetOption) -> bool:
+    """``k`` instances of ``a`` replace one of ``b`` at no more cost, devices or capacity loss."""
+    if (a.device_type, a.role, a.pd_class) != (b.device_type, b.role, b.pd_class) or a is b:
+        return False
+    k = b.devices_per_instance // a.devices_per_instance
+    if k < 1 or k * a.cost_per_instance > b.cost_per_instance:
+        return False
+    if k * a.link_capacity_per_s < b.link_capacity_per_s:
+        return False
+    return all(k * ga >= gb for ga, gb in zip(a.goodput_per_s, b.goodput_per_s, strict=True))
+
+
+def prune_dominated(options: Sequence[FleetOption]) -> tuple[FleetOption, ...]:
+    """Drop options that whole instances of another option of the same type and role
+    replace exactly (:func:`_dominates`): the optimum is unchanged, the MILP smaller."""
+    keep: list[FleetOption] = []
+    for b in options:
+        if any(_dominates(a, b) and not (_dominates(b, a) and options.index(b) < options.index(a))
+               for a in options):  # fmt: skip
+            continue
+        keep.append(b)
+    return tuple(keep)
+
+
 def solve_fleet(problem: FleetProblem, *, time_limit_s: float = 10.0) -> FleetSolution:
-    """Solve :class:`FleetProblem` (see the module docstring)."""
+    """Solve :class:`FleetProblem` (see the module docstring).
+
+    Options dominated by whole instances of another (:func:`prune_dominated`) are
+    removed first; their count in the solution is 0.
+    """
     import pulp
 
     from solvers.pulp_solver import pulp_solver
@@ -142,7 +175,7 @@ def solve_fleet(problem: FleetProblem, *, time_limit_s: float = 10.0) -> FleetSo
     if time_limit_s <= 0:
         raise SpecError(f"time limit must be > 0 s, got {time_limit_s}")
     t0 = time.perf_counter()
-    P = problem
+    P = replace(problem, options=prune_dominated(problem.options))
     D = P.demand_per_s
     total = sum(D)
     nb = len(D)
@@ -160,12 +193,13 @@ def solve_fleet(problem: FleetProblem, *, time_limit_s: float = 10.0) -> FleetSo
                 if o.goodput_per_s[b] > 0 and D[b] > 0:
                     y[(b, s, o.name)] = pulp.LpVariable(f"y_{b}_{s}_{i}", 0, 1, cat=cat)
     classes = sorted({o.pd_class for o in P.options if o.role != "colocated"}) if nb == 1 else []
-    z = {k: pulp.LpVariable(f"z_{j}", cat="Binary") for j, k in enumerate(classes)}
     x = {k: pulp.LpVariable(f"x_{j}", 0, total) for j, k in enumerate(classes)}
     c_min = min((o.cost_per_instance for o in P.options if o.cost_per_instance > 0), default=1.0)
+    n_opts = len(P.options)
     prob += pulp.lpSum(
-        (o.cost_per_instance + _TIE_BREAK * c_min * o.devices_per_instance) * n[o.name]
-        for o in P.options
+        (o.cost_per_instance + _TIE_BREAK * c_min * (o.devices_per_instance + i / n_opts))
+        * n[o.name]
+        for i, o in enumerate(P.options)
     )
     for b in range(nb):
         if D[b] <= 0:
@@ -186,19 +220,13 @@ def solve_fleet(problem: FleetProblem, *, time_limit_s: float = 10.0) -> FleetSo
     for j, k in enumerate(classes):
         pre = [o for o in P.options if o.pd_class == k and o.role == "prefill"]
         dec = [o for o in P.options if o.pd_class == k and o.role == "decode"]
-        g = lambda os: pulp.lpSum(o.goodput_per_s[0] * n[o.name] for o in os)  # noqa: E731
-        lk = lambda os: pulp.lpSum(  # noqa: E731
-            min(o.link_capacity_per_s, 1e3 * total) * n[o.name] for o in os
-        )
-        prob += g(pre) >= x[k], f"prefill_goodput_{j}"
-        prob += g(dec) >= x[k], f"decode_goodput_{j}"
-        prob += lk(pre) >= x[k], f"kv_link_egress_{j}"
-        prob += lk(dec) >= x[k], f"kv_link_ingress_{j}"
-        prob += x[k] <= total * z[k], f"select_rate_{j}"
-        for o in pre + dec:
-            prob += n[o.name] <= n[o.name].upBound * z[k], f"select_{o.name}"
-    if z:
-        prob += pulp.lpSum(z.values()) <= 1, "one_decode_class"
+        for role, os in (("prefill", pre), ("decode", dec)):
+            good = pulp.lpSum(o.goodput_per_s[0] * n[o.name] for o in os)
+            # an unlimited link (colocated KV) is capped at a large multiple of the demand
+            link = pulp.lpSum(min(o.link_capacity_per_s, _LINK_CAP * total) * n[o.name] for o in os)
+            side = "egress" if role == "prefill" else "ingress"
+            prob += good >= x[k], f"{role}_goodput_{j}"
+            prob += link >= x[k], f"kv_link_{side}_{j}"
     types = sorted({o.device_type for o in P.options})
     for t in types:
         used = pulp.lpSum(
@@ -211,7 +239,7 @@ def solve_fleet(problem: FleetProblem, *, time_limit_s: float = 10.0) -> FleetSo
     for t, m in P.min_devices.items():
         if m > 0 and t not in types:
             raise SpecError(f"a minimum of {m} {t} devices was set but {t} has no usable option")
-    solver, name = pulp_solver(time_limit_s, 1e-6)
+    solver, name = pulp_solver(time_limit_s, _GAP_REL)
     prob.solve(solver)
     status = pulp.LpStatus[prob.status]
     if prob.status == pulp.LpStatusInfeasible:

@@ -1,0 +1,382 @@
+"""The planner: candidates -> fleet MILP -> the recommendation, alternatives, sensitivity.
+
+``plan_fleet`` evaluates every feasible configuration of every device type
+(:mod:`solvers.fleet.candidates`), prices them (``perfmodel.cost``), solves the fleet
+MILP (:mod:`solvers.fleet.milp`) for the mix, then for each device type alone, for
+colocated serving alone and (with ``allow_pd``) for the best disaggregated fleet, and
+re-solves at ±25 % rate. The planned demand is ``rate × headroom``. Comparisons are in
+$/h when every device has a price, in devices otherwise. An infeasible request raises
+``InfeasibleError`` naming the binding constraint and the smallest change that fixes it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hardware.device import Device
+from perfmodel.cost.power import PoolUse, cost_energy, power_model
+from perfmodel.cost.prices import PriceBook
+from perfmodel.errors import InfeasibleError, SpecError
+from perfmodel.model import ModelSpec
+from perfmodel.units import MS_PER_S
+from perfmodel.workload import SLO, Workload, check_rate
+from solvers.fleet.candidates import (
+    DEFAULT_MAX_BATCHED_TOKENS,
+    Candidate,
+    evaluate_colocated,
+    evaluate_pd,
+)
+from solvers.fleet.explain import explain, price_flips
+from solvers.fleet.milp import FleetOption, FleetProblem, FleetSolution, solve_fleet
+from solvers.fleet.results import Alternative, Fleet, PlanResult, Pool, Sensitivity
+
+RATE_STEPS = (0.75, 1.25)
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """Everything the planner reads."""
+
+    model: ModelSpec
+    workload: Workload
+    slo: SLO
+    rate_per_s: float
+    devices: tuple[Device, ...]
+    prices: PriceBook
+    headroom: float = 1.0
+    allow_pd: bool = True
+    engine: str | None = None
+    max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS
+    time_limit_s: float = 10.0
+    use_cache: bool = True
+
+    def __post_init__(self) -> None:
+        check_rate(self.rate_per_s)
+        if not (math.isfinite(self.headroom) and self.headroom >= 1.0):
+            raise SpecError(f"--headroom must be a burst factor >= 1, got {self.headroom}")
+        if not self.devices:
+            raise SpecError("no devices to plan over; give --devices or price some devices")
+        if self.time_limit_s <= 0:
+            raise SpecError(f"time limit must be > 0 s, got {self.time_limit_s}")
+
+    @property
+    def priced(self) -> bool:
+        return all(self.prices.price(d.id) is not None for d in self.devices)
+
+    @property
+    def demand_per_s(self) -> float:
+        return self.rate_per_s * self.headroom
+
+
+def evaluate(inputs: PlanInputs) -> tuple[list[Candidate], list[str]]:
+    """Every candidate (colocated, and PD roles when allowed) with its goodput."""
+    cache = inputs.use_cache
+    cands, rejected = evaluate_colocated(
+        inputs.model,
+        inputs.workload,
+        inputs.slo,
+        inputs.devices,
+        max_batched_tokens=inputs.max_batched_tokens,
+        use_cache=cache,
+    )
+    if inputs.allow_pd:
+        pd, why = evaluate_pd(
+            inputs.model, inputs.workload, inputs.slo, inputs.devices, use_cache=cache
+        )
+        by_id = {d.id: d for d in inputs.devices}
+        cands += [replace(c, device=by_id.get(c.device.id, c.device)) for c in pd]
+        rejected += why
+    return cands, rejected
+
+
+def _unit_cost(c: Candidate, inputs: PlanInputs) -> float:
+    if inputs.priced:
+        return float(inputs.prices.price(c.device.id) or 0.0) * c.devices
+    return float(c.devices)
+
+
+def build_problem(
+    cands: Sequence[Candidate],
+    inputs: PlanInputs,
+    *,
+    rate_per_s: float | None = None,
+    only_type: str | None = None,
+    roles: tuple[str, ...] = ("colocated", "prefill", "decode"),
+    caps: bool = True,
+) -> tuple[FleetProblem, dict[str, Candidate]]:
+    """The MILP over the feasible candidates (optionally one device type / some roles)."""
+    demand = (rate_per_s or inputs.rate_per_s) * inputs.headroom
+    opts, by_name = [], {}
+    for i, c in enumerate(cands):
+        if not c.feasible or c.role not in roles:
+            continue
+        if only_type is not None and c.device.id != only_type:
+            continue
+        name = f"o{i}"
+        by_name[name] = c
+        opts.append(
+            FleetOption(
+                name,
+                c.device.id,
+                c.devices,
+                _unit_cost(c, inputs),
+                c.role,
+                (c.goodput_per_instance_per_s,),
+                c.link_capacity_per_s,
+                c.decode_class if c.role != "colocated" else "",
+            )
+        )
+    types = {o.device_type for o in opts}
+    book = inputs.prices
+    mx = {t: book.get(t).max_devices for t in types} if caps else {}
+    mn = {t: book.get(t).min_devices for t in types} if caps else {}
+    return (
+        FleetProblem(
+            tuple(opts),
+            (demand,),
+            {t: v for t, v in mx.items() if v is not None},
+            {t: v for t, v in mn.items() if v},
+        ),
+        by_name,
+    )
+
+
+def _binding(sol: FleetSolution) -> str:
+    names = [r.name for r in sol.rows if r.binding]
+    for prefix in ("max_devices_", "min_devices_", "kv_link_", "prefill_goodput", "decode_goodput"):
+        hit = [n for n in names if n.startswith(prefix)]
+        if hit:
+            return hit[0].rsplit("_", 1)[0] if prefix.startswith("kv") else hit[0]
+    return "goodput (whole instances: rate x headroom <= sum of pool goodputs)"
+
+
+def to_fleet(
+    sol: FleetSolution, by_name: dict[str, Candidate], inputs: PlanInputs, rate_per_s: float
+) -> Fleet:
+    """Pools with their share of ``rate_per_s``: split by goodput within a serving path."""
+    chosen = merge_pools([(by_name[k], n) for k, n in sorted(sol.counts.items()) if n > 0])
+    pd_total = sum(sol.pd_rate_per_s.values()) / inputs.headroom
+    colo_rate = max(rate_per_s - pd_total, 0.0)
+    pools: list[Pool] = []
+    for role, share in (("colocated", colo_rate), ("prefill", pd_total), ("decode", pd_total)):
+        mine = [(c, n) for c, n in chosen if c.role == role]
+        cap = sum(c.goodput_per_instance_per_s * n for c, n in mine)
+        for c, n in mine:
+            r = share * c.goodput_per_instance_per_s * n / cap if cap > 0 else 0.0
+            pools.append(Pool(c, n, r, inputs.prices.price(c.device.id)))
+    uses = [PoolUse(p.candidate.device, p.devices, p.utilization, p.price_per_hour_usd)
+            for p in pools]  # fmt: skip
+    econ = cost_energy(
+        uses,
+        rate_per_s=rate_per_s,
+        mean_output_tokens=inputs.workload.lengths.mean_output_tokens,
+    )
+    return Fleet(tuple(pools), econ, sol.cost, sol.status, sol.gap, _binding(sol), sol.solve_s)
+
+
+def _avg(members: Sequence[tuple[Candidate, int]], weights: list[float], attr: str) -> float:
+    return sum(getattr(c, attr) * w for (c, _), w in zip(members, weights, strict=True))
+
+
+def merge_pools(chosen: Sequence[tuple[Candidate, int]]) -> list[tuple[Candidate, int]]:
+    """One pool per (device, TP, PP, role): prefill options evaluated against different
+    decode classes are the same instances (their goodputs are averaged by instances)."""
+    groups: dict[tuple[str, int, int, str], list[tuple[Candidate, int]]] = {}
+    for c, n in chosen:
+        groups.setdefault((c.device.id, c.tp, c.pp, c.role), []).append((c, n))
+    out = []
+    for members in groups.values():
+        tot = sum(n for _, n in members)
+        first = members[0][0]
+        if len(members) == 1:
+            out.append((first, tot))
+            continue
+        weights = [n / tot for _, n in members]
+        merged = replace(
+            first,
+            goodput_per_instance_per_s=_avg(members, weights, "goodput_per_instance_per_s"),
+            capacity_per_instance_per_s=_avg(members, weights, "capacity_per_instance_per_s"),
+            link_capacity_per_s=_avg(members, weights, "link_capacity_per_s"),
+            decode_class="; ".join(sorted({c.decode_class for c, _ in members})),
+        )
+        out.append((merged, tot))
+    return out
+
+
+def _solve(
+    cands: Sequence[Candidate], inputs: PlanInputs, **kw: Any
+) -> tuple[FleetSolution, dict[str, Candidate]]:
+    rate = kw.pop("rate_per_s", None)
+    prob, by_name = build_problem(cands, inputs, rate_per_s=rate, **kw)
+    if not prob.options:
+        return FleetSolution("infeasible", {}, math.inf, None, {}, {}, (), "none", 0.0), by_name
+    return solve_fleet(prob, time_limit_s=inputs.time_limit_s), by_name
+
+
+def _alternative(
+    name: str, cands: Sequence[Candidate], inputs: PlanInputs, **kw: Any
+) -> Alternative:
+    sol, by_name = _solve(cands, inputs, **kw)
+    if sol.status == "infeasible":
+        roles = sorted({c.role for c in by_name.values()})
+        if not by_name:
+            return Alternative(name, None, "no configuration meets the SLO")
+        if roles in (["decode"], ["prefill"]):
+            return Alternative(
+                name,
+                None,
+                f"only {roles[0]} configurations meet the SLO; the other phase never does",
+            )
+        return Alternative(name, None, "infeasible under the availability caps")
+    return Alternative(name, to_fleet(sol, by_name, inputs, inputs.rate_per_s))
+
+
+def _no_candidate(cands: Sequence[Candidate], rejected: Sequence[str], inputs: PlanInputs) -> str:
+    slo = inputs.slo
+    q = f"p{slo.percentile * 100:g}"
+    tried = [c for c in cands if c.role == "colocated"]
+    if not tried:
+        why = "; ".join(rejected[-2:]) or "no configuration fits in memory"
+        return (
+            f"{inputs.model.id} fits no configuration of {', '.join(d.id for d in inputs.devices)} "
+            f"(binding constraint: memory): {why} -- add devices with more memory"
+        )
+    best = tried[0]
+    return (
+        f"no configuration meets {q} TTFT <= {slo.ttft_s * MS_PER_S:g} ms and TPOT <= "
+        f"{slo.tpot_s * MS_PER_S:g} ms at goal {slo.goal:.0%} (binding constraint: SLO); e.g. "
+        f"{best.label}: {best.note} -- relax --ttft-slo-ms / --tpot-slo-ms or add faster devices"
+    )
+
+
+def diagnose_infeasible(cands: Sequence[Candidate], inputs: PlanInputs) -> str:
+    """Name the binding availability constraint and the smallest change that fixes it."""
+    free, fb = _solve(cands, inputs, caps=False)
+    if free.status == "infeasible":
+        return "no fleet meets the demand even without availability caps"
+    book = inputs.prices
+    capped = {d.id: book.get(d.id).max_devices for d in inputs.devices}
+    capped = {k: v for k, v in capped.items() if v is not None}
+    msgs = []
+    for t, cap in sorted(capped.items()):
+        relaxed = replace(
+            inputs, prices=book.override(PriceBook({t: replace(book.get(t), max_devices=None)}))
+        )
+        sol, by = _solve(cands, relaxed)
+        if sol.status == "infeasible":
+            continue
+        need = sum(by[k].devices * n for k, n in sol.counts.items() if by[k].device.id == t)
+        msgs.append((sol.cost, t, cap, need))
+    if not msgs:
+        uses: dict[str, int] = {}
+        for k, n in free.counts.items():
+            uses[fb[k].device.id] = uses.get(fb[k].device.id, 0) + fb[k].devices * n
+        caps = ", ".join(f"--max-devices {t}={uses.get(t, 0)}" for t in sorted(capped))
+        return (
+            f"the availability caps together are too low for {inputs.rate_per_s:g} req/s "
+            f"x headroom {inputs.headroom:g} (binding constraints: "
+            f"{', '.join(f'max_devices_{t}' for t in sorted(capped))}); the cheapest uncapped "
+            f"fleet uses {caps}"
+        )
+    _, t, cap, need = min(msgs)
+    return (
+        f"--max-devices {t}={cap} is too few for {inputs.rate_per_s:g} req/s x headroom "
+        f"{inputs.headroom:g} (binding constraint: max_devices_{t}); the cheapest feasible "
+        f"fleet with the other caps kept needs {need} {t} -- raise it to --max-devices "
+        f"{t}={need}, or lower the rate"
+    )
+
+
+def plan_fleet(
+    inputs: PlanInputs,
+    *,
+    candidates: tuple[list[Candidate], list[str]] | None = None,
+) -> PlanResult:
+    """The recommendation and its alternatives (see the module docstring)."""
+    cands, rejected = candidates if candidates is not None else evaluate(inputs)
+    if not any(c.feasible for c in cands):
+        raise InfeasibleError(_no_candidate(cands, rejected, inputs))
+    sol, by_name = _solve(cands, inputs)
+    if sol.status == "infeasible":
+        raise InfeasibleError(diagnose_infeasible(cands, inputs))
+    rec = to_fleet(sol, by_name, inputs, inputs.rate_per_s)
+    types = sorted({c.device.id for c in cands})
+    singles = {t: _alternative(t, cands, inputs, only_type=t) for t in types}
+    colo = _alternative("colocated_only", cands, inputs, roles=("colocated",))
+    pd = (
+        _alternative("disaggregated_only", cands, inputs, roles=("prefill", "decode"))
+        if inputs.allow_pd
+        else None
+    )
+    sens = []
+    for f in RATE_STEPS:
+        s, b = _solve(cands, inputs, rate_per_s=inputs.rate_per_s * f)
+        if s.status == "infeasible":
+            sens.append(Sensitivity(f"rate x{f:g}", None, None, "infeasible", None))
+            continue
+        fl = to_fleet(s, b, inputs, inputs.rate_per_s * f)
+        same = {(p.candidate.key) for p in fl.pools} == {p.candidate.key for p in rec.pools}
+        sens.append(
+            Sensitivity(
+                f"rate x{f:g} ({inputs.rate_per_s * f:.3g} req/s)",
+                fl.economics.cost_per_hour_usd,
+                fl.devices,
+                fl.summary,
+                same,
+            )
+        )
+    return PlanResult(
+        recommendation=rec,
+        best_single_device=singles,
+        colocated_only=colo,
+        disaggregated=pd,
+        sensitivity=tuple(sens),
+        price_flips=price_flips(rec, singles, inputs.prices) if inputs.priced else (),
+        why=explain(rec, singles, colo, pd, cands, inputs.prices, priced=inputs.priced),
+        candidates=tuple(cands),
+        rejected=tuple(rejected),
+        assumptions=assumptions(inputs),
+        priced=inputs.priced,
+    )
+
+
+def assumptions(inputs: PlanInputs) -> dict[str, Any]:
+    """What the plan assumed, with provenance."""
+    devs = {}
+    for d in inputs.devices:
+        pm = power_model(d)
+        e = inputs.prices.get(d.id)
+        devs[d.id] = {
+            "price_per_hour_usd": e.price_per_hour_usd,
+            "price_source": e.source,
+            "max_devices": e.max_devices,
+            "min_devices": e.min_devices,
+            "power": pm.to_dict() if pm else None,
+        }
+    w = inputs.workload
+    return {
+        "model": inputs.model.id,
+        "workload": w.name,
+        "mean_input_tokens": w.lengths.mean_input_tokens,
+        "mean_output_tokens": w.lengths.mean_output_tokens,
+        "arrival_cv": w.arrival_cv,
+        "rate_per_s": inputs.rate_per_s,
+        "headroom": inputs.headroom,
+        "planned_demand_per_s": inputs.demand_per_s,
+        "slo": {
+            "ttft_ms": inputs.slo.ttft_s * MS_PER_S,
+            "tpot_ms": inputs.slo.tpot_s * MS_PER_S,
+            "percentile": inputs.slo.percentile,
+            "goal": inputs.slo.goal,
+        },
+        "engine": inputs.engine or "none (roofline step times, vLLM-like scheduler)",
+        "max_batched_tokens": inputs.max_batched_tokens,
+        "allow_pd": inputs.allow_pd,
+        "devices": devs,
+        "goodput": "largest Poisson rate with SLO attainment >= goal (perfmodel.queueing); "
+        "PD roles: DistServe percentile criterion per phase (solvers.pd_enumerate)",
+        "power_model": "P(u) = idle + (TDP - idle) * u (perfmodel.cost.power)",
+    }
