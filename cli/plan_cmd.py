@@ -49,7 +49,8 @@ def _devices(spec: str | None, prices: Any) -> tuple[Any, ...]:
 
 
 def _workload(workload: str, trace: Path | None) -> Any:
-    from perfmodel.workload import Workload, load_trace
+    from perfmodel.workload.presets import Workload
+    from perfmodel.workload.trace import load_trace
     from solvers.fleet.candidates import planning_workload
 
     if trace is not None:
@@ -111,7 +112,7 @@ def plan_cmd(
     from perfmodel.cost.prices import catalog_prices, load_prices
     from perfmodel.model import load_model
     from perfmodel.units import S_PER_MS
-    from perfmodel.workload import SLO
+    from perfmodel.workload.slo import SLO
     from solvers.fleet.plan import PlanInputs, plan_fleet
 
     if max_batched_tokens < 1:

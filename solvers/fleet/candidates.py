@@ -28,8 +28,10 @@ from typing import Any
 from hardware.device import Device
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
-from perfmodel.parallel import ParallelPlan
-from perfmodel.workload import PRESETS, SLO, Workload, lognormal_lengths
+from perfmodel.plan import ParallelPlan
+from perfmodel.workload.lengths import lognormal_lengths
+from perfmodel.workload.presets import PRESETS, Workload
+from perfmodel.workload.slo import SLO
 from solvers.fleet.cache import cached, digest
 
 PLAN_LENGTH_ATOMS = 64
@@ -149,13 +151,14 @@ def _key_device(d: Device) -> Device:
 def _evaluate_one(
     model: ModelSpec, device: Device, plan: ParallelPlan, workload: Workload, slo: SLO, B: int
 ) -> Candidate | str:
-    from perfmodel import queueing as q
+    from perfmodel.serving import goodput as q_goodput
+    from perfmodel.serving import service as q
 
     try:
         sr = q.service_rate(model, device, plan, workload, max_batched_tokens=B)
     except (InfeasibleError, SpecError) as e:
         return f"{device.id} TP{plan.tp}: {e}"
-    gp = q.goodput(sr, slo, rel_tol=GOODPUT_REL_TOL)
+    gp = q_goodput.goodput(sr, slo, rel_tol=GOODPUT_REL_TOL)
     return Candidate(
         device=device,
         tp=plan.tp,
@@ -234,7 +237,7 @@ def evaluate_pd(
 def _evaluate_pd(
     model: ModelSpec, workload: Workload, slo: SLO, devices: Sequence[Device]
 ) -> tuple[list[Candidate], list[str]]:
-    from solvers.pd_enumerate import evaluate_options
+    from solvers.pd.enumerate import evaluate_options
 
     usable = [d for d in devices if compute_dtype(d) == "bf16"]
     if not usable:

@@ -22,7 +22,9 @@ from perfmodel.cost.prices import PriceBook
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.units import MS_PER_S
-from perfmodel.workload import SLO, Workload, check_rate
+from perfmodel.workload.arrivals import check_rate
+from perfmodel.workload.presets import Workload
+from perfmodel.workload.slo import SLO
 from solvers.fleet.candidates import (
     DEFAULT_MAX_BATCHED_TOKENS,
     Candidate,
