@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
+from perfmodel.cost.power import power_model
 from perfmodel.cost.prices import PriceBook
+from perfmodel.units import MS_PER_S
 from solvers.fleet.candidates import Candidate
 from solvers.fleet.results import Alternative, Fleet
 
@@ -125,3 +128,42 @@ def price_flips(
             f"${flip:.2f}/h per device (now ${p:.2f}, {flip / p - 1:+.0%})"
         )
     return tuple(out)
+
+
+def assumptions(inputs: Any) -> dict[str, Any]:
+    """What the plan assumed, with provenance."""
+    devs = {}
+    for d in inputs.devices:
+        pm = power_model(d)
+        e = inputs.prices.get(d.id)
+        devs[d.id] = {
+            "price_per_hour_usd": e.price_per_hour_usd,
+            "price_source": e.source,
+            "max_devices": e.max_devices,
+            "min_devices": e.min_devices,
+            "power": pm.to_dict() if pm else None,
+        }
+    w = inputs.workload
+    return {
+        "model": inputs.model.id,
+        "workload": w.name,
+        "mean_input_tokens": w.lengths.mean_input_tokens,
+        "mean_output_tokens": w.lengths.mean_output_tokens,
+        "arrival_cv": w.arrival_cv,
+        "rate_per_s": inputs.rate_per_s,
+        "headroom": inputs.headroom,
+        "planned_demand_per_s": inputs.demand_per_s,
+        "slo": {
+            "ttft_ms": inputs.slo.ttft_s * MS_PER_S,
+            "tpot_ms": inputs.slo.tpot_s * MS_PER_S,
+            "percentile": inputs.slo.percentile,
+            "goal": inputs.slo.goal,
+        },
+        "engine": inputs.engine or "none (roofline step times, vLLM-like scheduler)",
+        "max_batched_tokens": inputs.max_batched_tokens,
+        "allow_pd": inputs.allow_pd,
+        "devices": devs,
+        "goodput": "largest Poisson rate with SLO attainment >= goal (perfmodel.queueing); "
+        "PD roles: DistServe percentile criterion per phase (solvers.pd_enumerate)",
+        "power_model": "P(u) = idle + (TDP - idle) * u (perfmodel.cost.power)",
+    }

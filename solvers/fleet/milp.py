@@ -138,11 +138,25 @@ def _ub(o: FleetOption, total: float, cap: int | None) -> int:
     return max(u, 0)
 
 
-def _dominates(a: FleetOption, b: FleetOption) -> bool:
-    """``k`` instances of ``a`` replace one of ``b`` at no more cost, devices or capacity loss."""
-    if (a.device_type, a.role, a.pd_class) != (b.device_type, b.role, b.pd_class) or a is b:
+def _dominates(a: FleetOption, b: FleetOption, free: frozenset[str]) -> bool:
+    """``k`` instances of ``a`` replace one of ``b`` at no more cost and no less capacity.
+
+    Same role and PD class; the same device type, or two types ``free`` of caps and
+    minimums (then the type enters no constraint). With caps, ``k·devices_a ≤ devices_b``
+    keeps the replacement within them.
+    """
+    if a is b or (a.role, a.pd_class) != (b.role, b.pd_class):
         return False
-    k = b.devices_per_instance // a.devices_per_instance
+    same = a.device_type == b.device_type
+    if not same and not (a.device_type in free and b.device_type in free):
+        return False
+    k = b.devices_per_instance // a.devices_per_instance if same else 1
+    if not same:  # whole instances of a replacing one b: the fewest that cover its goodput
+        ratios = [gb / ga for ga, gb in zip(a.goodput_per_s, b.goodput_per_s, strict=True)
+                  if ga > 0]  # fmt: skip
+        if len(ratios) != len(a.goodput_per_s):
+            return False
+        k = max(1, math.ceil(max(ratios) - 1e-12))
     if k < 1 or k * a.cost_per_instance > b.cost_per_instance:
         return False
     if k * a.link_capacity_per_s < b.link_capacity_per_s:
@@ -150,13 +164,19 @@ def _dominates(a: FleetOption, b: FleetOption) -> bool:
     return all(k * ga >= gb for ga, gb in zip(a.goodput_per_s, b.goodput_per_s, strict=True))
 
 
-def prune_dominated(options: Sequence[FleetOption]) -> tuple[FleetOption, ...]:
-    """Drop options that whole instances of another option of the same type and role
-    replace exactly (:func:`_dominates`): the optimum is unchanged, the MILP smaller."""
+def prune_dominated(
+    options: Sequence[FleetOption], *, free_types: frozenset[str] = frozenset()
+) -> tuple[FleetOption, ...]:
+    """Drop options that whole instances of another option replace exactly
+    (:func:`_dominates`): the optimum is unchanged, the MILP smaller."""
     keep: list[FleetOption] = []
+    idx = {id(o): i for i, o in enumerate(options)}
     for b in options:
-        if any(_dominates(a, b) and not (_dominates(b, a) and options.index(b) < options.index(a))
-               for a in options):  # fmt: skip
+        if any(
+            _dominates(a, b, free_types)
+            and not (_dominates(b, a, free_types) and idx[id(b)] < idx[id(a)])
+            for a in options
+        ):
             continue
         keep.append(b)
     return tuple(keep)
@@ -175,7 +195,11 @@ def solve_fleet(problem: FleetProblem, *, time_limit_s: float = 10.0) -> FleetSo
     if time_limit_s <= 0:
         raise SpecError(f"time limit must be > 0 s, got {time_limit_s}")
     t0 = time.perf_counter()
-    P = replace(problem, options=prune_dominated(problem.options))
+    types = {o.device_type for o in problem.options}
+    free = frozenset(
+        t for t in types if t not in problem.max_devices and not problem.min_devices.get(t)
+    )
+    P = replace(problem, options=prune_dominated(problem.options, free_types=free))
     D = P.demand_per_s
     total = sum(D)
     nb = len(D)
