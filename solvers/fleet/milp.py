@@ -195,9 +195,9 @@ def solve_fleet(problem: FleetProblem, *, time_limit_s: float = 10.0) -> FleetSo
     if time_limit_s <= 0:
         raise SpecError(f"time limit must be > 0 s, got {time_limit_s}")
     t0 = time.perf_counter()
-    types = {o.device_type for o in problem.options}
+    all_types = {o.device_type for o in problem.options}
     free = frozenset(
-        t for t in types if t not in problem.max_devices and not problem.min_devices.get(t)
+        t for t in all_types if t not in problem.max_devices and not problem.min_devices.get(t)
     )
     P = replace(problem, options=prune_dominated(problem.options, free_types=free))
     D = P.demand_per_s
