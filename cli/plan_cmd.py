@@ -100,6 +100,10 @@ def plan_cmd(
     verify: Annotated[
         bool, typer.Option(help="Simulate each pool at its share of the rate (slower).")
     ] = False,
+    slo_sensitivity: Annotated[
+        bool,
+        typer.Option(help="Also re-plan with both SLO targets x0.8 and x1.25 (on with --out)."),
+    ] = False,
     cache: Annotated[
         bool, typer.Option("--cache/--no-cache", help="Reuse cached configuration evaluations.")
     ] = True,
@@ -143,6 +147,13 @@ def plan_cmd(
         max_batched_tokens=max_batched_tokens, time_limit_s=time_limit_s, use_cache=cache,
     )  # fmt: skip
     result = plan_fleet(inputs)
+    if slo_sensitivity or out is not None:
+        from dataclasses import replace
+
+        from solvers.fleet.whatif import slo_sensitivity as slo_steps
+
+        extra = slo_steps(inputs, result.recommendation)
+        result = replace(result, sensitivity=(*result.sensitivity, *extra))
     if verify or out is not None:
         from solvers.fleet.verify import verify_fleet
 

@@ -288,7 +288,7 @@ def solve_fleet(problem: FleetProblem, *, time_limit_s: float = 10.0) -> FleetSo
         0.0 if optimal and gap is None else gap,
         share,
         pd,
-        _rows(prob),
+        _rows(prob, idle=[j for j, k in enumerate(classes) if k not in pd]),
         name,
         time.perf_counter() - t0,
     )
@@ -305,8 +305,11 @@ def _gap(prob: Any, solver: str) -> float | None:
     return g if math.isfinite(g) else None
 
 
-def _rows(prob: Any) -> tuple[Row, ...]:
-    """Every constraint at the solution: its slack relative to its right-hand side."""
+def _rows(prob: Any, *, idle: Sequence[int] = ()) -> tuple[Row, ...]:
+    """Every constraint at the solution: its slack relative to its right-hand side (the
+    rows of PD classes ``idle`` — carrying no traffic — are left out: 0 >= 0 binds)."""
+    idle_suffix = tuple(f"_{j}" for j in idle)
+    pd_rows = ("prefill_goodput", "decode_goodput", "kv_link_")
     import warnings
 
     out = []
@@ -314,6 +317,8 @@ def _rows(prob: Any) -> tuple[Row, ...]:
         warnings.simplefilter("ignore", DeprecationWarning)
         items = list(prob.constraints.items())
     for name, c in items:
+        if name.startswith(pd_rows) and name.endswith(idle_suffix):
+            continue
         lhs = float(c.value() - c.constant) if c.value() is not None else 0.0
         rhs = float(-c.constant)
         slack = float(c.slack or 0.0)

@@ -264,9 +264,8 @@ def diagnose_infeasible(cands: Sequence[Candidate], inputs: PlanInputs) -> str:
     capped = {k: v for k, v in capped.items() if v is not None}
     msgs = []
     for t, cap in sorted(capped.items()):
-        relaxed = replace(
-            inputs, prices=book.override(PriceBook({t: replace(book.get(t), max_devices=None)}))
-        )
+        entries = {**book.entries, t: replace(book.get(t), max_devices=None)}
+        relaxed = replace(inputs, prices=PriceBook(entries))
         sol, by = _solve(cands, relaxed)
         if sol.status == "infeasible":
             continue
