@@ -90,6 +90,13 @@ def plan_cmd(
     headroom: Annotated[
         float, typer.Option(help="Burst factor: plan capacity for rate x headroom.")
     ] = 1.0,
+    buckets: Annotated[
+        int,
+        typer.Option(
+            help="Split requests into N input-length buckets routed to pools (Mélange); "
+            "colocated pools only."
+        ),
+    ] = 1,
     max_batched_tokens: Annotated[
         int, typer.Option(help="Token budget per iteration of colocated instances.")
     ] = 8192,
@@ -145,6 +152,7 @@ def plan_cmd(
     inputs = PlanInputs(
         m, w, slo, rate, devs, book, headroom=headroom, allow_pd=allow_pd, engine=engine,
         max_batched_tokens=max_batched_tokens, time_limit_s=time_limit_s, use_cache=cache,
+        buckets=buckets,
     )  # fmt: skip
     result = plan_fleet(inputs)
     if slo_sensitivity or out is not None:

@@ -249,6 +249,7 @@ def plan_report(result: PlanResult, inputs: PlanInputs, sweep: PlanSweep) -> str
                     f"{1 - p.utilization:.0%}",
                     p.candidate.limiter,
                     money(p.cost_per_hour_usd),
+                    "; ".join(f"{f:.0%} of {b}" for b, f in p.buckets) or "all requests",
                 ]
                 for p in rec.pools
             ],
@@ -263,6 +264,7 @@ def plan_report(result: PlanResult, inputs: PlanInputs, sweep: PlanSweep) -> str
                 "margin to instability",
                 "bound by",
                 "cost",
+                "requests served",
             ],
         ),
         "<h2>Why</h2><ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in result.why) + "</ul>",

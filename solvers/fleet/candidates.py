@@ -74,6 +74,9 @@ class Candidate:
     link: str = ""
     note: str = ""
     phase_config: Any = field(default=None, repr=False, compare=False)
+    #: request-size buckets (``--buckets``): goodput and service rate on each bucket alone
+    bucket_goodput_per_s: tuple[float, ...] = ()
+    bucket_capacity_per_s: tuple[float, ...] = ()
 
     @property
     def devices(self) -> int:
@@ -280,3 +283,78 @@ def _evaluate_pd(
                     )
                 )
     return out, []
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Requests whose input length is in ``[lo_tokens, hi_tokens]``: a share of the traffic."""
+
+    label: str
+    lo_tokens: int
+    hi_tokens: int
+    weight: float
+    workload: Workload = field(repr=False)
+
+
+def size_buckets(workload: Workload, n: int) -> tuple[Bucket, ...]:
+    """``n`` buckets of (about) equal probability by input length (Mélange's request-size
+    buckets, one-dimensional): each bucket's workload is the conditional length law."""
+    import numpy as np
+
+    from perfmodel.workload.lengths import LengthDistribution
+
+    if n < 1:
+        raise SpecError(f"--buckets must be >= 1, got {n}")
+    lw = workload.lengths
+    order = np.argsort(lw.input_tokens, kind="stable")
+    cdf = np.cumsum(lw.weights[order]) - 0.5 * lw.weights[order]
+    which = np.minimum((cdf * n).astype(int), n - 1)
+    out = []
+    for b in range(n):
+        idx = order[which == b]
+        if idx.size == 0:
+            continue
+        w = lw.weights[idx]
+        s = lw.input_tokens[idx]
+        label = f"input {int(s.min())}-{int(s.max())} tokens"
+        lengths = LengthDistribution(f"{lw.name}[{label}]", s, lw.output_tokens[idx], w / w.sum())
+        out.append(
+            Bucket(
+                label,
+                int(s.min()),
+                int(s.max()),
+                float(w.sum()),
+                Workload(f"{workload.name}[{label}]", lengths, workload.arrival_cv),
+            )
+        )
+    return tuple(out)
+
+
+def with_buckets(
+    cands: Sequence[Candidate],
+    model: ModelSpec,
+    buckets: Sequence[Bucket],
+    slo: SLO,
+    devices: Sequence[Device],
+    *,
+    max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
+    use_cache: bool = True,
+) -> list[Candidate]:
+    """The colocated candidates with their goodput and service rate on every bucket."""
+    per: list[dict[str, Candidate]] = []
+    for b in buckets:
+        cs, _ = evaluate_colocated(
+            model, b.workload, slo, devices, max_batched_tokens=max_batched_tokens,
+            use_cache=use_cache,
+        )  # fmt: skip
+        per.append({c.key: c for c in cs})
+    out = []
+    for c in cands:
+        if c.role != "colocated":
+            out.append(c)
+            continue
+        got = [m.get(c.key) for m in per]
+        g = tuple(x.goodput_per_instance_per_s if x else 0.0 for x in got)
+        mu = tuple(x.capacity_per_instance_per_s if x else 0.0 for x in got)
+        out.append(replace(c, bucket_goodput_per_s=g, bucket_capacity_per_s=mu))
+    return out

@@ -83,6 +83,12 @@ def explain(
 
 
 def _mix_reason(rec: Fleet) -> str:
+    if any(p.buckets for p in rec.pools):
+        return "; ".join(
+            f"{', '.join(f'{f:.0%} of {b}' for b, f in p.buckets)} go to {p.candidate.label} "
+            f"(goodput {p.candidate.goodput_per_instance_per_s:.3g} req/s per instance on that mix)"
+            for p in rec.pools
+        )
     roles = {p.candidate.role for p in rec.pools}
     if roles & {"prefill", "decode"}:
         pre = sorted({p.candidate.device.id for p in rec.pools if p.candidate.role == "prefill"})
@@ -167,3 +173,22 @@ def assumptions(inputs: Any) -> dict[str, Any]:
         "PD roles: DistServe percentile criterion per phase (solvers.pd_enumerate)",
         "power_model": "P(u) = idle + (TDP - idle) * u (perfmodel.cost.power)",
     }
+
+
+def no_candidate(cands: Sequence[Candidate], rejected: Sequence[str], inputs: Any) -> str:
+    """Why no configuration can serve at all (memory or the SLO), and what to change."""
+    slo = inputs.slo
+    q = f"p{slo.percentile * 100:g}"
+    tried = [c for c in cands if c.role == "colocated"]
+    if not tried:
+        why = "; ".join(rejected[-2:]) or "no configuration fits in memory"
+        return (
+            f"{inputs.model.id} fits no configuration of {', '.join(d.id for d in inputs.devices)} "
+            f"(binding constraint: memory): {why} -- add devices with more memory"
+        )
+    best = tried[0]
+    return (
+        f"no configuration meets {q} TTFT <= {slo.ttft_s * MS_PER_S:g} ms and TPOT <= "
+        f"{slo.tpot_s * MS_PER_S:g} ms at goal {slo.goal:.0%} (binding constraint: SLO); e.g. "
+        f"{best.label}: {best.note} -- relax --ttft-slo-ms / --tpot-slo-ms or add faster devices"
+    )

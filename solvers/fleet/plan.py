@@ -21,7 +21,6 @@ from perfmodel.cost.power import PoolUse, cost_energy
 from perfmodel.cost.prices import PriceBook
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
-from perfmodel.units import MS_PER_S
 from perfmodel.workload.arrivals import check_rate
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
@@ -30,8 +29,10 @@ from solvers.fleet.candidates import (
     Candidate,
     evaluate_colocated,
     evaluate_pd,
+    size_buckets,
+    with_buckets,
 )
-from solvers.fleet.explain import assumptions, explain, price_flips
+from solvers.fleet.explain import assumptions, explain, no_candidate, price_flips
 from solvers.fleet.milp import FleetOption, FleetProblem, FleetSolution, solve_fleet
 from solvers.fleet.results import Alternative, Fleet, PlanResult, Pool, Sensitivity
 
@@ -54,9 +55,12 @@ class PlanInputs:
     max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS
     time_limit_s: float = 10.0
     use_cache: bool = True
+    buckets: int = 1  # > 1: route request-size buckets to pools (colocated only)
 
     def __post_init__(self) -> None:
         check_rate(self.rate_per_s)
+        if self.buckets < 1:
+            raise SpecError(f"--buckets must be >= 1, got {self.buckets}")
         if not (math.isfinite(self.headroom) and self.headroom >= 1.0):
             raise SpecError(f"--headroom must be a burst factor >= 1, got {self.headroom}")
         if not self.devices:
@@ -84,6 +88,12 @@ def evaluate(inputs: PlanInputs) -> tuple[list[Candidate], list[str]]:
         max_batched_tokens=inputs.max_batched_tokens,
         use_cache=cache,
     )
+    if inputs.buckets > 1:
+        cands = with_buckets(
+            cands, inputs.model, size_buckets(inputs.workload, inputs.buckets), inputs.slo,
+            inputs.devices, max_batched_tokens=inputs.max_batched_tokens, use_cache=cache,
+        )  # fmt: skip
+        return cands, rejected  # PD roles are not combined with buckets
     if inputs.allow_pd:
         pd, why = evaluate_pd(
             inputs.model, inputs.workload, inputs.slo, inputs.devices, use_cache=cache
@@ -111,9 +121,17 @@ def build_problem(
 ) -> tuple[FleetProblem, dict[str, Candidate]]:
     """The MILP over the feasible candidates (optionally one device type / some roles)."""
     demand = (rate_per_s or inputs.rate_per_s) * inputs.headroom
+    bucketed = inputs.buckets > 1
+    demands: tuple[float, ...] = (demand,)
+    if bucketed:
+        demands = tuple(demand * b.weight for b in size_buckets(inputs.workload, inputs.buckets))
     opts, by_name = [], {}
     for i, c in enumerate(cands):
-        if not c.feasible or c.role not in roles:
+        if bucketed and (c.role != "colocated" or not any(c.bucket_goodput_per_s)):
+            continue
+        if not bucketed and not c.feasible:
+            continue
+        if c.role not in roles:
             continue
         if only_type is not None and c.device.id != only_type:
             continue
@@ -126,7 +144,7 @@ def build_problem(
                 c.devices,
                 _unit_cost(c, inputs),
                 c.role,
-                (c.goodput_per_instance_per_s,),
+                c.bucket_goodput_per_s if bucketed else (c.goodput_per_instance_per_s,),
                 c.link_capacity_per_s,
                 c.decode_class if c.role != "colocated" else "",
             )
@@ -138,7 +156,7 @@ def build_problem(
     return (
         FleetProblem(
             tuple(opts),
-            (demand,),
+            demands,
             {t: v for t, v in mx.items() if v is not None},
             {t: v for t, v in mn.items() if v},
         ),
@@ -159,6 +177,8 @@ def to_fleet(
     sol: FleetSolution, by_name: dict[str, Candidate], inputs: PlanInputs, rate_per_s: float
 ) -> Fleet:
     """Pools with their share of ``rate_per_s``: split by goodput within a serving path."""
+    if inputs.buckets > 1:
+        return _bucket_fleet(sol, by_name, inputs, rate_per_s)
     chosen = merge_pools([(by_name[k], n) for k, n in sorted(sol.counts.items()) if n > 0])
     pd_total = sum(sol.pd_rate_per_s.values()) / inputs.headroom
     colo_rate = max(rate_per_s - pd_total, 0.0)
@@ -169,6 +189,10 @@ def to_fleet(
         for c, n in mine:
             r = share * c.goodput_per_instance_per_s * n / cap if cap > 0 else 0.0
             pools.append(Pool(c, n, r, inputs.prices.price(c.device.id)))
+    return _fleet(pools, sol, inputs, rate_per_s)
+
+
+def _fleet(pools: list[Pool], sol: FleetSolution, inputs: PlanInputs, rate_per_s: float) -> Fleet:
     uses = [PoolUse(p.candidate.device, p.devices, p.utilization, p.price_per_hour_usd)
             for p in pools]  # fmt: skip
     econ = cost_energy(
@@ -177,6 +201,37 @@ def to_fleet(
         mean_output_tokens=inputs.workload.lengths.mean_output_tokens,
     )
     return Fleet(tuple(pools), econ, sol.cost, sol.status, sol.gap, _binding(sol), sol.solve_s)
+
+
+def _bucket_fleet(
+    sol: FleetSolution, by_name: dict[str, Candidate], inputs: PlanInputs, rate_per_s: float
+) -> Fleet:
+    """Pools that serve routed request-size buckets: each pool's goodput and service rate
+    on its mix follow Mélange's load model, ``1/g_mix = Σ_b f_b/g_b`` (``f_b``: the share
+    of the pool's requests from bucket ``b``)."""
+    buckets = size_buckets(inputs.workload, inputs.buckets)
+    pools = []
+    for name, n in sorted(sol.counts.items()):
+        c = by_name[name]
+        rates = [
+            rate_per_s * b.weight * sol.share.get((i, name), 0.0) for i, b in enumerate(buckets)
+        ]
+        r = sum(rates)
+        if n <= 0 or r <= 0:
+            continue
+        inv_g = sum(x / r / g for x, g in zip(rates, c.bucket_goodput_per_s, strict=True) if x > 0)
+        inv_mu = sum(
+            x / r / m for x, m in zip(rates, c.bucket_capacity_per_s, strict=True) if x > 0
+        )
+        share = tuple(
+            (b.label, sol.share.get((i, name), 0.0)) for i, b in enumerate(buckets)
+            if sol.share.get((i, name), 0.0) > 1e-9
+        )  # fmt: skip
+        mixed = replace(
+            c, goodput_per_instance_per_s=1 / inv_g, capacity_per_instance_per_s=1 / inv_mu
+        )
+        pools.append(Pool(mixed, n, r, inputs.prices.price(c.device.id), share))
+    return _fleet(pools, sol, inputs, rate_per_s)
 
 
 def _avg(members: Sequence[tuple[Candidate, int]], weights: list[float], attr: str) -> float:
@@ -236,24 +291,6 @@ def _alternative(
     return Alternative(name, to_fleet(sol, by_name, inputs, inputs.rate_per_s))
 
 
-def _no_candidate(cands: Sequence[Candidate], rejected: Sequence[str], inputs: PlanInputs) -> str:
-    slo = inputs.slo
-    q = f"p{slo.percentile * 100:g}"
-    tried = [c for c in cands if c.role == "colocated"]
-    if not tried:
-        why = "; ".join(rejected[-2:]) or "no configuration fits in memory"
-        return (
-            f"{inputs.model.id} fits no configuration of {', '.join(d.id for d in inputs.devices)} "
-            f"(binding constraint: memory): {why} -- add devices with more memory"
-        )
-    best = tried[0]
-    return (
-        f"no configuration meets {q} TTFT <= {slo.ttft_s * MS_PER_S:g} ms and TPOT <= "
-        f"{slo.tpot_s * MS_PER_S:g} ms at goal {slo.goal:.0%} (binding constraint: SLO); e.g. "
-        f"{best.label}: {best.note} -- relax --ttft-slo-ms / --tpot-slo-ms or add faster devices"
-    )
-
-
 def diagnose_infeasible(cands: Sequence[Candidate], inputs: PlanInputs) -> str:
     """Name the binding availability constraint and the smallest change that fixes it."""
     free, fb = _solve(cands, inputs, caps=False)
@@ -299,7 +336,7 @@ def plan_fleet(
     """The recommendation and its alternatives (see the module docstring)."""
     cands, rejected = candidates if candidates is not None else evaluate(inputs)
     if not any(c.feasible for c in cands):
-        raise InfeasibleError(_no_candidate(cands, rejected, inputs))
+        raise InfeasibleError(no_candidate(cands, rejected, inputs))
     sol, by_name = _solve(cands, inputs)
     if sol.status == "infeasible":
         raise InfeasibleError(diagnose_infeasible(cands, inputs))
@@ -309,7 +346,7 @@ def plan_fleet(
     colo = _alternative("colocated_only", cands, inputs, roles=("colocated",))
     pd = (
         _alternative("disaggregated_only", cands, inputs, roles=("prefill", "decode"))
-        if inputs.allow_pd
+        if inputs.allow_pd and inputs.buckets == 1
         else None
     )
     sens = []

@@ -17,6 +17,8 @@ class Pool:
     instances: int
     rate_per_s: float  # the share of the planned rate (no headroom) this pool serves
     price_per_hour_usd: float | None  # per device
+    #: request-size buckets routed here: (bucket, fraction of that bucket's requests)
+    buckets: tuple[tuple[str, float], ...] = ()
 
     @property
     def devices(self) -> int:
@@ -66,6 +68,7 @@ class Pool:
             "kv_link": c.link or None,
             "price_per_hour_usd": self.price_per_hour_usd,
             "cost_per_hour_usd": self.cost_per_hour_usd,
+            "buckets": [{"bucket": b, "fraction": f} for b, f in self.buckets] or None,
         }
 
 

@@ -91,6 +91,10 @@ def check_colocated(pool: Pool, inputs: Any, *, requests: int, seed: int) -> Poo
     c = pool.candidate
     plan = _plan(c)
     w = inputs.workload
+    if pool.buckets:
+        from perfmodel.workload.presets import Workload
+
+        w = Workload("bucket mix", _bucket_mix(pool, inputs), w.arrival_cv)
     sr = service_rate(inputs.model, c.device, plan, w, max_batched_tokens=c.max_batched_tokens)
     r = pool.per_instance_rate_per_s
     pred = slo_attainment(latency(sr, r), inputs.slo).attainment
@@ -102,14 +106,30 @@ def check_colocated(pool: Pool, inputs: Any, *, requests: int, seed: int) -> Poo
         max_batched_tokens=sr.max_batched_tokens,
         chunk_size=sr.chunk_size,
     )
+    lengths = _bucket_mix(pool, inputs) if pool.buckets else _sim_lengths(inputs)
     res = simulate_workload(
-        setup, _sim_lengths(inputs), w.arrivals(r), n_requests=requests, seed=seed, engines=plan.pp
+        setup, lengths, w.arrivals(r), n_requests=requests, seed=seed, engines=plan.pp
     )
     a, tq, pq = _attainment(
         res.arrival_s, res.first_token_s, res.finish_s, res.output_tokens, inputs.slo
     )
     label = f"{pool.devices}x {c.device.id} TP{c.tp} colocated (1 of {pool.instances} instances)"
     return PoolCheck(label, r, pred, a, tq, pq, inputs.slo.goal, requests)
+
+
+def _bucket_mix(pool: Pool, inputs: Any) -> LengthDistribution:
+    """The lengths a bucket-routed pool sees: its buckets' atoms, weighted by the traffic
+    each bucket sends it (prediction and simulation then both use this mix)."""
+    from solvers.fleet.candidates import size_buckets
+
+    got = dict(pool.buckets)
+    parts = [(b, b.weight * got[b.label]) for b in size_buckets(inputs.workload, inputs.buckets)
+             if b.label in got]  # fmt: skip
+    tot = sum(w for _, w in parts)
+    s = np.concatenate([b.workload.lengths.input_tokens for b, _ in parts])
+    o = np.concatenate([b.workload.lengths.output_tokens for b, _ in parts])
+    wt = np.concatenate([b.workload.lengths.weights * (w / tot) for b, w in parts])
+    return LengthDistribution("bucket mix", s, o, wt / wt.sum())
 
 
 def _plan(c: Any) -> Any:

@@ -29,11 +29,13 @@ def _cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("PERFMODEL_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "plan-cache"))
 
 
-def _plan(model: str, devices: list[str], rate: float, *, pd: bool, headroom: float) -> tuple:
+def _plan(
+    model: str, devices: list[str], rate: float, *, pd: bool, headroom: float, buckets: int = 1
+) -> tuple:
     devs = tuple(load_device(d) for d in devices)
     inp = PlanInputs(
         load_model(model), planning_workload("chat"), SLO_CHAT, rate, devs,
-        catalog_prices(devs), allow_pd=pd, headroom=headroom,
+        catalog_prices(devs), allow_pd=pd, headroom=headroom, buckets=buckets,
     )  # fmt: skip
     return verify_fleet(plan_fleet(inp), inp), inp
 
@@ -68,4 +70,27 @@ def test_moe_fleet_meets_slo_in_simulation() -> None:
 def test_pd_fleet_meets_slo_in_simulation() -> None:
     r, _ = _plan("llama-3.1-70b", ["mi300x"], 50.0, pd=True, headroom=1.2)
     assert r.recommendation.disaggregated
+    _meets(r)
+
+
+def test_size_buckets_route_short_requests_to_the_cheap_device() -> None:
+    # Mélange's idea with queueing: three input-length buckets; the short prompts go
+    # mostly to L40S, the long ones to H100, and every pool meets the goal in simulation
+    # with no headroom (the L40S pool sees only short requests).
+    r, _ = _plan("llama-3.1-8b", ["h100-sxm", "a100-sxm-80gb", "l40s"], 100.0, pd=False,
+                 headroom=1.0, buckets=3)  # fmt: skip
+    rec = r.recommendation
+    assert set(rec.device_types) == {"h100-sxm", "l40s"}, rec.summary
+    cost = rec.economics.cost_per_hour_usd
+    for alt in r.best_single_device.values():
+        assert alt.fleet is not None and cost < alt.fleet.economics.cost_per_hour_usd
+    l40s = next(p for p in rec.pools if p.candidate.device.id == "l40s")
+    h100 = next(p for p in rec.pools if p.candidate.device.id == "h100-sxm")
+    shortest = min(
+        (b for b, _ in l40s.buckets + h100.buckets), key=lambda b: int(b.split()[1].split("-")[0])
+    )
+    assert dict(l40s.buckets).get(shortest, 0.0) > 0.5  # most short requests on L40S
+    assert dict(h100.buckets).get(shortest, 0.0) < 0.5
+    assert len(h100.buckets) > len(l40s.buckets)  # the longer buckets only on H100
+    assert any("of input" in w and "go to" in w for w in r.why)
     _meets(r)
