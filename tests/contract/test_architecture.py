@@ -63,7 +63,8 @@ def test_hardware_uses_only_the_base_of_perfmodel() -> None:
 RANKS: dict[str, int] = {
     "perfmodel.base": 0,  # __init__, units, dtypes, errors, datafile
     "hardware": 1,
-    "perfmodel.model": 2, "perfmodel.modelcfg": 2, "perfmodel.catalog": 2, "perfmodel.plan": 3, "perfmodel.workload": 2,
+    "perfmodel.model": 2, "perfmodel.modelcfg": 2, "perfmodel.catalog": 2,
+    "perfmodel.workload": 2, "perfmodel.plan": 3,
     "perfmodel.memory": 4,
     "perfmodel.moe": 5,
     "perfmodel.step": 6,
@@ -143,10 +144,13 @@ def unit_literals(source: str) -> list[int]:
                 ):
                     lines.append(n.lineno)
         if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow):
-            l, r = n.left, n.right
-            if isinstance(l, ast.Constant) and isinstance(r, ast.Constant):
-                if (l.value, r.value) in POW_LITERALS:
-                    lines.append(n.lineno)
+            base, exp = n.left, n.right
+            if (
+                isinstance(base, ast.Constant)
+                and isinstance(exp, ast.Constant)
+                and (base.value, exp.value) in POW_LITERALS
+            ):
+                lines.append(n.lineno)
     return lines
 
 
