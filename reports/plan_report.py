@@ -68,6 +68,7 @@ def rate_sweep(result: PlanResult, inputs: PlanInputs) -> PlanSweep:
 def _latency_curves(result: PlanResult, inputs: PlanInputs) -> list[LatencyCurve]:
     from perfmodel.plan import ParallelPlan
     from perfmodel.serving.service import latency, service_rate
+    from perfmodel.step.instance import Instance
 
     out = []
     for p in result.recommendation.pools:
@@ -75,9 +76,8 @@ def _latency_curves(result: PlanResult, inputs: PlanInputs) -> list[LatencyCurve
         if c.role != "colocated":
             continue
         plan = ParallelPlan(tp=c.tp, weight_dtype=c.dtype, act_dtype=c.dtype, kv_dtype=c.dtype)
-        sr = service_rate(
-            inputs.model, c.device, plan, inputs.workload, max_batched_tokens=c.max_batched_tokens
-        )
+        inst = Instance(inputs.model, c.device, plan)
+        sr = service_rate(inst, inputs.workload, max_batched_tokens=c.max_batched_tokens)
         mu = sr.rate_per_s
         rs = tuple(mu * (i + 1) / (LATENCY_POINTS + 1) for i in range(LATENCY_POINTS))
         ests = [latency(sr, r) for r in rs]

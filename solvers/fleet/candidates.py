@@ -162,9 +162,10 @@ def _evaluate_one(
 ) -> Candidate | str:
     from perfmodel.serving import goodput as q_goodput
     from perfmodel.serving import service as q
+    from perfmodel.step.instance import Instance
 
     try:
-        sr = q.service_rate(model, device, plan, workload, max_batched_tokens=B)
+        sr = q.service_rate(Instance(model, device, plan), workload, max_batched_tokens=B)
     except (InfeasibleError, SpecError) as e:
         return f"{device.id} TP{plan.tp}: {e}"
     gp = q_goodput.goodput(sr, slo, rel_tol=GOODPUT_REL_TOL)

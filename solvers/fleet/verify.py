@@ -87,6 +87,7 @@ def check_colocated(pool: Pool, inputs: Any, *, requests: int, seed: int) -> Poo
     from perfmodel.serving.goodput import slo_attainment
     from perfmodel.serving.service import latency, service_rate
     from perfmodel.sim.simulate import make_setup, simulate_workload
+    from perfmodel.step.instance import Instance
 
     c = pool.candidate
     plan = _plan(c)
@@ -95,13 +96,12 @@ def check_colocated(pool: Pool, inputs: Any, *, requests: int, seed: int) -> Poo
         from perfmodel.workload.presets import Workload
 
         w = Workload("bucket mix", _bucket_mix(pool, inputs), w.arrival_cv)
-    sr = service_rate(inputs.model, c.device, plan, w, max_batched_tokens=c.max_batched_tokens)
+    inst = Instance(inputs.model, c.device, plan)
+    sr = service_rate(inst, w, max_batched_tokens=c.max_batched_tokens)
     r = pool.per_instance_rate_per_s
     pred = slo_attainment(latency(sr, r), inputs.slo).attainment
     setup = make_setup(
-        inputs.model,
-        c.device,
-        plan,
+        inst,
         kv_capacity_tokens=sr.engine_kv_capacity_tokens,
         max_batched_tokens=sr.max_batched_tokens,
         chunk_size=sr.chunk_size,
