@@ -69,6 +69,8 @@ def _latency_curves(result: PlanResult, inputs: PlanInputs) -> list[LatencyCurve
     from perfmodel.plan import ParallelPlan
     from perfmodel.serving.service import latency, service_rate
     from perfmodel.step.instance import Instance
+    from perfmodel.workload.presets import Workload
+    from solvers.fleet.verify import bucket_mix
 
     out = []
     for p in result.recommendation.pools:
@@ -77,7 +79,10 @@ def _latency_curves(result: PlanResult, inputs: PlanInputs) -> list[LatencyCurve
             continue
         plan = ParallelPlan(tp=c.tp, weight_dtype=c.dtype, act_dtype=c.dtype, kv_dtype=c.dtype)
         inst = Instance(inputs.model, c.device, plan)
-        sr = service_rate(inst, inputs.workload, max_batched_tokens=c.max_batched_tokens)
+        w = inputs.workload
+        if p.buckets:  # the pool serves its buckets' mix, not the whole workload
+            w = Workload(f"{w.name} (pool mix)", bucket_mix(p, inputs), w.arrival_cv)
+        sr = service_rate(inst, w, max_batched_tokens=c.max_batched_tokens)
         mu = sr.rate_per_s
         rs = tuple(mu * (i + 1) / (LATENCY_POINTS + 1) for i in range(LATENCY_POINTS))
         ests = [latency(sr, r) for r in rs]

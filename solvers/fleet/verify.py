@@ -95,7 +95,7 @@ def check_colocated(pool: Pool, inputs: Any, *, requests: int, seed: int) -> Poo
     if pool.buckets:
         from perfmodel.workload.presets import Workload
 
-        w = Workload("bucket mix", _bucket_mix(pool, inputs), w.arrival_cv)
+        w = Workload("bucket mix", bucket_mix(pool, inputs), w.arrival_cv)
     inst = Instance(inputs.model, c.device, plan)
     sr = service_rate(inst, w, max_batched_tokens=c.max_batched_tokens)
     r = pool.per_instance_rate_per_s
@@ -106,7 +106,7 @@ def check_colocated(pool: Pool, inputs: Any, *, requests: int, seed: int) -> Poo
         max_batched_tokens=sr.max_batched_tokens,
         chunk_size=sr.chunk_size,
     )
-    lengths = _bucket_mix(pool, inputs) if pool.buckets else _sim_lengths(inputs)
+    lengths = bucket_mix(pool, inputs) if pool.buckets else _sim_lengths(inputs)
     res = simulate_workload(
         setup, lengths, w.arrivals(r), n_requests=requests, seed=seed, engines=plan.pp
     )
@@ -117,7 +117,7 @@ def check_colocated(pool: Pool, inputs: Any, *, requests: int, seed: int) -> Poo
     return PoolCheck(label, r, pred, a, tq, pq, inputs.slo.goal, requests)
 
 
-def _bucket_mix(pool: Pool, inputs: Any) -> LengthDistribution:
+def bucket_mix(pool: Pool, inputs: Any) -> LengthDistribution:
     """The lengths a bucket-routed pool sees: its buckets' atoms, weighted by the traffic
     each bucket sends it (prediction and simulation then both use this mix)."""
     from solvers.fleet.candidates import size_buckets
