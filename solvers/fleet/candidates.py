@@ -32,7 +32,7 @@ from perfmodel.plan import ParallelPlan
 from perfmodel.workload.lengths import lognormal_lengths
 from perfmodel.workload.presets import PRESETS, Workload
 from perfmodel.workload.slo import SLO
-from solvers.fleet.cache import cached, digest
+from solvers.fleet.cache import Job, cached, digest, run_jobs
 
 PLAN_LENGTH_ATOMS = 64
 TP_CANDIDATES = (1, 2, 4, 8)
@@ -184,7 +184,7 @@ def _evaluate_one(
     )
 
 
-def evaluate_colocated(
+def colocated_jobs(
     model: ModelSpec,
     workload: Workload,
     slo: SLO,
@@ -192,10 +192,9 @@ def evaluate_colocated(
     *,
     max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
     tps: Sequence[int] = TP_CANDIDATES,
-    use_cache: bool = True,
-) -> tuple[list[Candidate], list[str]]:
-    """Colocated candidates of every device (feasible or not) and the rejected configs."""
-    out: list[Candidate] = []
+) -> tuple[list[tuple[Device, Job]], list[str]]:
+    """One cacheable evaluation per (device, TP), and the devices rejected outright."""
+    jobs: list[tuple[Device, Job]] = []
     rejected: list[str] = []
     lw = workload.lengths
     for dev in devices:
@@ -212,19 +211,53 @@ def evaluate_colocated(
                 "colocated", model, _key_device(dev), plan, lw.input_tokens, lw.output_tokens,
                 lw.weights, workload.arrival_cv, slo, max_batched_tokens, GOODPUT_REL_TOL,
             )  # fmt: skip
-            r: Candidate | str = cached(
-                "colocated",
-                key,
-                functools.partial(
-                    _evaluate_one, model, dev, plan, workload, slo, max_batched_tokens
-                ),
-                enabled=use_cache,
+            fn = functools.partial(
+                _evaluate_one, model, dev, plan, workload, slo, max_batched_tokens
             )
-            if isinstance(r, str):
-                rejected.append(r)
-            else:
-                out.append(replace(r, device=dev))
+            jobs.append((dev, Job("colocated", key, fn)))
+    return jobs, rejected
+
+
+def colocated_results(
+    jobs: Sequence[tuple[Device, Job]], values: Sequence[Candidate | str]
+) -> tuple[list[Candidate], list[str]]:
+    out: list[Candidate] = []
+    rejected: list[str] = []
+    for (dev, _), r in zip(jobs, values, strict=True):
+        if isinstance(r, str):
+            rejected.append(r)
+        else:
+            out.append(replace(r, device=dev))
     return out, rejected
+
+
+def evaluate_colocated(
+    model: ModelSpec,
+    workload: Workload,
+    slo: SLO,
+    devices: Sequence[Device],
+    *,
+    max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
+    tps: Sequence[int] = TP_CANDIDATES,
+    use_cache: bool = True,
+) -> tuple[list[Candidate], list[str]]:
+    """Colocated candidates of every device (feasible or not) and the rejected configs."""
+    jobs, rejected = colocated_jobs(
+        model, workload, slo, devices, max_batched_tokens=max_batched_tokens, tps=tps
+    )
+    values = run_jobs([j for _, j in jobs], enabled=use_cache)
+    out, more = colocated_results(jobs, values)
+    return out, rejected + more
+
+
+def pd_job(model: ModelSpec, workload: Workload, slo: SLO, devices: Sequence[Device]) -> Job:
+    """The cacheable evaluation of every prefill and decode configuration."""
+    lw = workload.lengths
+    key = digest(
+        "pd", model, [_key_device(d) for d in devices], lw.input_tokens, lw.output_tokens,
+        lw.weights, slo,
+    )  # fmt: skip
+    return Job("pd", key, functools.partial(_evaluate_pd, model, workload, slo, devices))
 
 
 def evaluate_pd(
@@ -236,12 +269,10 @@ def evaluate_pd(
     use_cache: bool = True,
 ) -> tuple[list[Candidate], list[str]]:
     """Prefill and decode candidates, every prefill evaluated against every decode class."""
-    lw = workload.lengths
-    key = digest(
-        "pd", model, [_key_device(d) for d in devices], lw.input_tokens, lw.output_tokens,
-        lw.weights, slo,
-    )  # fmt: skip
-    return cached("pd", key, lambda: _evaluate_pd(model, workload, slo, devices), enabled=use_cache)
+    value: tuple[list[Candidate], list[str]] = run_jobs(
+        [pd_job(model, workload, slo, devices)], enabled=use_cache
+    )[0]
+    return value
 
 
 def _evaluate_pd(
@@ -342,12 +373,16 @@ def with_buckets(
     use_cache: bool = True,
 ) -> list[Candidate]:
     """The colocated candidates with their goodput and service rate on every bucket."""
+    per_jobs = [
+        colocated_jobs(model, b.workload, slo, devices, max_batched_tokens=max_batched_tokens)[0]
+        for b in buckets
+    ]
+    values = run_jobs([j for js in per_jobs for _, j in js], enabled=use_cache)
     per: list[dict[str, Candidate]] = []
-    for b in buckets:
-        cs, _ = evaluate_colocated(
-            model, b.workload, slo, devices, max_batched_tokens=max_batched_tokens,
-            use_cache=use_cache,
-        )  # fmt: skip
+    at = 0
+    for js in per_jobs:
+        cs, _ = colocated_results(js, values[at : at + len(js)])
+        at += len(js)
         per.append({c.key: c for c in cs})
     out = []
     for c in cands:

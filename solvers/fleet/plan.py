@@ -24,11 +24,13 @@ from perfmodel.model import ModelSpec
 from perfmodel.workload.arrivals import check_rate
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
+from solvers.fleet.cache import run_jobs
 from solvers.fleet.candidates import (
     DEFAULT_MAX_BATCHED_TOKENS,
     Candidate,
-    evaluate_colocated,
-    evaluate_pd,
+    colocated_jobs,
+    colocated_results,
+    pd_job,
     size_buckets,
     with_buckets,
 )
@@ -78,28 +80,28 @@ class PlanInputs:
 
 
 def evaluate(inputs: PlanInputs) -> tuple[list[Candidate], list[str]]:
-    """Every candidate (colocated, and PD roles when allowed) with its goodput."""
+    """Every candidate (colocated, and PD roles when allowed) with its goodput.
+
+    The evaluations missing from the cache run in parallel processes (the PD planner's,
+    the longest, together with the colocated ones)."""
     cache = inputs.use_cache
-    cands, rejected = evaluate_colocated(
-        inputs.model,
-        inputs.workload,
-        inputs.slo,
-        inputs.devices,
-        max_batched_tokens=inputs.max_batched_tokens,
-        use_cache=cache,
-    )
+    m, w, slo, devs = inputs.model, inputs.workload, inputs.slo, inputs.devices
+    jobs, rejected = colocated_jobs(m, w, slo, devs, max_batched_tokens=inputs.max_batched_tokens)
+    pd = inputs.allow_pd and inputs.buckets == 1
+    extra = [pd_job(m, w, slo, devs)] if pd else []
+    values = run_jobs([*extra, *(j for _, j in jobs)], enabled=cache)
+    cands, more = colocated_results(jobs, values[len(extra) :])
+    rejected += more
     if inputs.buckets > 1:
         cands = with_buckets(
-            cands, inputs.model, size_buckets(inputs.workload, inputs.buckets), inputs.slo,
-            inputs.devices, max_batched_tokens=inputs.max_batched_tokens, use_cache=cache,
+            cands, m, size_buckets(w, inputs.buckets), slo, devs,
+            max_batched_tokens=inputs.max_batched_tokens, use_cache=cache,
         )  # fmt: skip
         return cands, rejected  # PD roles are not combined with buckets
-    if inputs.allow_pd:
-        pd, why = evaluate_pd(
-            inputs.model, inputs.workload, inputs.slo, inputs.devices, use_cache=cache
-        )
-        by_id = {d.id: d for d in inputs.devices}
-        cands += [replace(c, device=by_id.get(c.device.id, c.device)) for c in pd]
+    if pd:
+        pd_cands, why = values[0]
+        by_id = {d.id: d for d in devs}
+        cands += [replace(c, device=by_id.get(c.device.id, c.device)) for c in pd_cands]
         rejected += why
     return cands, rejected
 
