@@ -9,9 +9,27 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from cli.options import (
+    DEFAULT_GOAL,
+    DEFAULT_MAX_BATCHED_TOKENS,
+    DEFAULT_MODEL,
+    DEFAULT_SLO_PERCENTILE,
+    DEFAULT_TPOT_SLO_MS,
+    DEFAULT_TTFT_SLO_MS,
+    DEFAULT_WORKLOAD,
+    ForceOpt,
+    GoalOpt,
+    MaxBatchedTokensOpt,
+    ModelOpt,
+    SloPercentileOpt,
+    TpotSloOpt,
+    TraceOpt,
+    TtftSloOpt,
+    WorkloadOpt,
+)
 
-DEFAULT_MODEL = "llama-3.1-70b"
-DEFAULT_RATE_PER_S = 10.0
+#: planning needs a rate; 50 req/s of chat keeps several instances busy on most devices
+DEFAULT_RATE_PER_S = 50.0
 
 DevicesOpt = Annotated[
     str | None,
@@ -60,21 +78,19 @@ def _workload(workload: str, trace: Path | None) -> Any:
 
 @handle_errors
 def plan_cmd(
-    model: Annotated[str, typer.Option(help="Model id or config.json path.")] = DEFAULT_MODEL,
-    workload: Annotated[str, typer.Option(help="Built-in workload: chat or code.")] = "chat",
-    trace: Annotated[
-        Path | None, typer.Option(help="Trace CSV (Azure or input_tokens,output_tokens).")
-    ] = None,
+    model: ModelOpt = DEFAULT_MODEL,
+    workload: WorkloadOpt = DEFAULT_WORKLOAD,
+    trace: TraceOpt = None,
     rate_per_s: Annotated[
         float | None,
         typer.Option(
             help=f"Arrival rate, req/s (default: the trace's, else {DEFAULT_RATE_PER_S:g})."
         ),
     ] = None,
-    ttft_slo_ms: Annotated[float, typer.Option(help="TTFT target, ms.")] = 1000.0,
-    tpot_slo_ms: Annotated[float, typer.Option(help="TPOT target, ms.")] = 50.0,
-    percentile: Annotated[float, typer.Option(help="Percentile the targets apply to.")] = 0.9,
-    goal: Annotated[float, typer.Option(help="Fraction of requests that must meet both.")] = 0.9,
+    ttft_slo_ms: TtftSloOpt = DEFAULT_TTFT_SLO_MS,
+    tpot_slo_ms: TpotSloOpt = DEFAULT_TPOT_SLO_MS,
+    slo_percentile: SloPercentileOpt = DEFAULT_SLO_PERCENTILE,
+    goal: GoalOpt = DEFAULT_GOAL,
     devices: DevicesOpt = None,
     prices: Annotated[
         Path | None,
@@ -97,9 +113,7 @@ def plan_cmd(
             "colocated pools only."
         ),
     ] = 1,
-    max_batched_tokens: Annotated[
-        int, typer.Option(help="Token budget per iteration of colocated instances.")
-    ] = 8192,
+    max_batched_tokens: MaxBatchedTokensOpt = DEFAULT_MAX_BATCHED_TOKENS,
     out: Annotated[Path | None, typer.Option(help="Write a self-contained HTML report.")] = None,
     deploy: Annotated[
         Path | None, typer.Option(help="Write the engines' launch arguments to this file.")
@@ -115,7 +129,7 @@ def plan_cmd(
         bool, typer.Option("--cache/--no-cache", help="Reuse cached configuration evaluations.")
     ] = True,
     time_limit_s: Annotated[float, typer.Option(help="MILP time limit per solve, s.")] = 10.0,
-    force: Annotated[bool, typer.Option(help="Overwrite --out / --deploy files.")] = False,
+    force: ForceOpt = False,
     json_out: bool = JsonOpt,
 ) -> None:
     """Which devices to rent, how many, configured how, at what $/h -- and why not others."""
@@ -148,7 +162,7 @@ def plan_cmd(
     rate = rate_per_s
     if rate is None:
         rate = w.trace.rate_per_s if w.trace is not None else DEFAULT_RATE_PER_S
-    slo = SLO(ttft_slo_ms * S_PER_MS, tpot_slo_ms * S_PER_MS, percentile, goal)
+    slo = SLO(ttft_slo_ms * S_PER_MS, tpot_slo_ms * S_PER_MS, slo_percentile, goal)
     inputs = PlanInputs(
         m, w, slo, rate, devs, book, headroom=headroom, allow_pd=allow_pd, engine=engine,
         max_batched_tokens=max_batched_tokens, time_limit_s=time_limit_s, use_cache=cache,

@@ -92,7 +92,8 @@ def test_no_arguments_answers_on_defaults(cache_dir: Path) -> None:
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     a = d["assumptions"]
-    assert a["model"] == "llama-3.1-70b" and a["workload"] == "chat" and a["rate_per_s"] == 10
+    assert a["model"] == "llama-3.1-8b" and a["workload"] == "chat" and a["rate_per_s"] == 50
+    assert a["slo"]["ttft_ms"] == 500 and a["slo"]["tpot_ms"] == 50  # the shared defaults
     # every planned device has a catalog price with a dated source
     assert all(v["price_per_hour_usd"] is not None for v in a["devices"].values())
     assert len(a["devices"]) >= 8
