@@ -14,6 +14,7 @@ from cli import (
     model_cmd,
     pd_cmd,
     phase_cmd,
+    plan_cmd,
     predict_cmd,
     profile_cmd,
     sweep_cmd,
@@ -26,6 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.command("plan")(plan_cmd.plan_cmd)
 app.add_typer(hardware_cmd.app, name="hardware")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(predict_cmd.app, name="predict")
