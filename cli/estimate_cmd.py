@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -10,14 +10,13 @@ from cli import options as po
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
 from cli.options import DEFAULT_HARDWARE, DEFAULT_MODEL
 from cli.plan_options import build_plan, plan_label
-from hardware.device import Device, load_device
-from perfmodel.estimate import Estimate, estimate
-from perfmodel.memory import describe_shortfall
-from perfmodel.model import load_model
-from perfmodel.plan import ParallelPlan
-from perfmodel.step.instance import Instance
-from perfmodel.step.time import StepTime
 from perfmodel.units import GiB, ms
+
+if TYPE_CHECKING:  # the library imports numpy: loaded when the command runs
+    from hardware.device import Device
+    from perfmodel.estimate import Estimate
+    from perfmodel.plan import ParallelPlan
+    from perfmodel.step.time import StepTime
 
 
 def _breakdown(step: StepTime) -> list[dict[str, object]]:
@@ -109,6 +108,12 @@ def estimate_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Estimate TTFT, TPOT, throughput and memory fit for one static batch."""
+    from hardware.device import load_device
+    from perfmodel.estimate import estimate
+    from perfmodel.memory import describe_shortfall
+    from perfmodel.model import load_model
+    from perfmodel.step.instance import Instance
+
     for name, v in (
         ("--tp", tp),
         ("--pp", pp),
