@@ -30,7 +30,11 @@ from scipy.optimize import least_squares
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hardware.fit import fit_max_affine, fit_profile, group_folds, mdape_pct  # noqa: E402
+from hardware.fit import fit_max_affine, fit_profile  # noqa: E402
+from hardware.folds import (  # noqa: E402
+    group_folds,
+    mdape_pct,
+)
 from hardware.maxaffine import GEMM_FEATURES, gemm_features  # noqa: E402
 from hardware.measurements import read_measurements  # noqa: E402
 

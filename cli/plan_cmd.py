@@ -76,6 +76,22 @@ def _workload(workload: str, trace: Path | None) -> Any:
     return planning_workload(workload)
 
 
+def _price_book(devices: str | None, prices: Path | None, max_devices: list[str] | None) -> Any:
+    """The planned devices and their price book: catalog prices, --prices, --max-devices."""
+    from perfmodel.cost.prices import PriceBook, catalog_prices, load_prices
+
+    user = load_prices(prices) if prices is not None else None
+    devs = _devices(devices, user or PriceBook())
+    book = catalog_prices(devs)
+    if user is not None:
+        book = book.override(user)
+    caps = _caps(max_devices)
+    unknown = sorted(set(caps) - {d.id for d in devs})
+    if unknown:
+        raise fail(f"--max-devices names {', '.join(unknown)}, not among the planned devices")
+    return devs, book.with_caps(caps)
+
+
 @handle_errors
 def plan_cmd(
     model: ModelOpt = DEFAULT_MODEL,
@@ -134,7 +150,6 @@ def plan_cmd(
 ) -> None:
     """Which devices to rent, how many, configured how, at what $/h -- and why not others."""
     t0 = time.perf_counter()
-    from perfmodel.cost.prices import catalog_prices, load_prices
     from perfmodel.model import load_model
     from perfmodel.units import S_PER_MS
     from perfmodel.workload.slo import SLO
@@ -146,18 +161,7 @@ def plan_cmd(
         if p is not None and p.exists() and not force:
             raise fail(f"{p} exists; pass --force to overwrite it ({what})")
     m = load_model(model)
-    user = load_prices(prices) if prices is not None else None
-    from perfmodel.cost.prices import PriceBook
-
-    devs = _devices(devices, user or PriceBook())
-    book = catalog_prices(devs)
-    if user is not None:
-        book = book.override(user)
-    caps = _caps(max_devices)
-    unknown = sorted(set(caps) - {d.id for d in devs})
-    if unknown:
-        raise fail(f"--max-devices names {', '.join(unknown)}, not among the planned devices")
-    book = book.with_caps(caps)
+    devs, book = _price_book(devices, prices, max_devices)
     w = _workload(workload, trace)
     rate = rate_per_s
     if rate is None:

@@ -127,7 +127,8 @@ def fit_cmd(
     import numpy as np
 
     from hardware.device import load_device
-    from hardware.fit import fit_profile, fit_steps
+    from hardware.fit import fit_profile
+    from hardware.folds import fit_steps
     from hardware.measurements import read_measurements
     from hardware.profile_io import profile_to_toml
 

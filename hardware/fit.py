@@ -36,15 +36,21 @@ from perfmodel.errors import SpecError
 if TYPE_CHECKING:
     pass
 
+from hardware.folds import (
+    DEFAULT_FOLDS,
+    DEFAULT_MAX_PIECES,
+    group_folds,
+    mdape_pct,
+    residual_cv,
+    subsample,
+)
 
 Arr = NDArray[np.float64]
 
 
 
-DEFAULT_MAX_PIECES = 6
 
 
-DEFAULT_FOLDS = 4
 
 
 CV_TOLERANCE_PT = 0.1  # choose the fewest pieces within this many points of the best
@@ -74,13 +80,6 @@ class FitResult:
     #: With ``residual=True``: errors of the profile with its residual surface.
     residual_train_mdape_pct: float | None = None
     residual_heldout_mdape_pct: float | None = None
-
-
-def mdape_pct(pred: ArrayLike, y: ArrayLike) -> float:
-    """Median absolute percentage error, in percent: ``100·median(|pred/y − 1|)``."""
-    p = np.asarray(pred, dtype=np.float64)
-    t = np.asarray(y, dtype=np.float64)
-    return float(100.0 * np.median(np.abs(p / t - 1.0)))
 
 
 def _check_xy(X: ArrayLike, y: ArrayLike) -> tuple[Arr, Arr]:
@@ -217,7 +216,7 @@ def fit_max_affine(
     scale[scale == 0] = 1.0
     Z_all = Xa / scale
     rng = np.random.default_rng(seed)
-    sub = _subsample(np.arange(n), max_rows, rng)
+    sub = subsample(np.arange(n), max_rows, rng)
     Z, ya_all, ya = Z_all[sub], ya, ya[sub]
     best: tuple[float, Arr] | None = None
     for _ in range(restarts if pieces > 1 else 1):
@@ -243,55 +242,20 @@ def fit_max_affine(
     )
 
 
-def _subsample(idx: NDArray[np.intp], cap: int, rng: np.random.Generator) -> NDArray[np.intp]:
-    return np.sort(rng.choice(idx, size=cap, replace=False)) if len(idx) > cap else idx
-
-
-def group_folds(groups: ArrayLike, folds: int, *, seed: int) -> NDArray[np.intp]:
-    """Fold number of each row; all rows of a group share a fold (whole groups held out)."""
-    g = np.asarray(groups)
-    uniq, inv = np.unique(g, return_inverse=True)
-    if len(uniq) < folds:
-        raise SpecError(
-            f"only {len(uniq)} group(s) for {folds}-fold held-out validation; "
-            "give more groups (shapes) or fewer folds"
-        )
-    order = np.random.default_rng(seed).permutation(len(uniq))
-    fold_of_group = np.empty(len(uniq), dtype=np.intp)
-    fold_of_group[order] = np.arange(len(uniq)) % folds
-    return fold_of_group[inv]
-
-
-def fit_steps(
-    *,
-    pieces: int | None,
-    max_pieces: int = DEFAULT_MAX_PIECES,
-    folds: int = DEFAULT_FOLDS,
-    residual: bool = False,
-    holdout: bool = False,
-) -> int:
-    """Number of ``progress(1)`` calls :func:`fit_profile` makes (one per fit); ``holdout``:
-    whether rows are held out (then the residual surface needs no cross-validation)."""
-    if pieces is None:
-        return max_pieces * folds + 1
-    return 1 + (folds if residual and not holdout else 0)
-
-def _residual_cv(
-    fits: list[tuple[NDArray[np.intp], MaxAffine]], Xa: Arr, ya: Arr,
-    train: NDArray[np.intp], neighbours: int,
-) -> tuple[float, float] | None:  # fmt: skip
-    """Cross-validated (pure, with-surface) MdAPE: each fold's surface from the other folds."""
-    pure_errs, res_errs = [], []
-    for te, p in fits:
-        tr = np.setdiff1d(train, te)
-        s_f = build_surface(Xa[tr], ya[tr], p(Xa[tr]), neighbours=neighbours)
-        pt = p(Xa[te])
-        pure_errs.append(mdape_pct(pt, ya[te]))
-        res_errs.append(mdape_pct(pt * np.exp(s_f.log_correction(Xa[te])), ya[te]))
-    if not res_errs:
-        return None
-    return float(np.mean(pure_errs)), float(np.mean(res_errs))
-
+def _pieces_by_cv(
+    cv_fits: Callable[[int], list[tuple[NDArray[np.intp], MaxAffine]]],
+    Xa: Arr, ya: Arr, max_pieces: int, cv: dict[int, float],
+) -> int:  # fmt: skip
+    """Fewest pieces within :data:`CV_TOLERANCE_PT` of the best cross-validated MdAPE
+    (fills ``cv`` with the error of every K tried)."""
+    for K in range(1, max_pieces + 1):
+        fits = cv_fits(K)
+        if fits:
+            cv[K] = float(np.mean([mdape_pct(p(Xa[te]), ya[te]) for te, p in fits]))
+    if not cv:
+        raise SpecError("too few rows to fit even one piece; give more data")
+    best = min(cv.values())
+    return min(K for K, e in cv.items() if e <= best + CV_TOLERANCE_PT)
 
 
 def fit_profile(
@@ -359,14 +323,7 @@ def fit_profile(
         return out
 
     if pieces is None:
-        for K in range(1, max_pieces + 1):
-            fits = cv_fits(K)
-            if fits:
-                cv[K] = float(np.mean([mdape_pct(p(Xa[te]), ya[te]) for te, p in fits]))
-        if not cv:
-            raise SpecError("too few rows to fit even one piece; give more data")
-        best = min(cv.values())
-        pieces = min(K for K, e in cv.items() if e <= best + CV_TOLERANCE_PT)
+        pieces = _pieces_by_cv(cv_fits, Xa, ya, max_pieces, cv)
     prof = fit_max_affine(Xa[train], ya[train], pieces=pieces, features=features, seed=seed)
     if progress is not None:
         progress(1)
@@ -377,7 +334,7 @@ def fit_profile(
         # Cross-validated like the pieces: each fold's surface is built from the rows (and
         # the pieces) of the other folds only, and compared with those pieces alone.
         fits = fold_fits[pieces] if pieces in fold_fits else cv_fits(pieces)
-        errs = _residual_cv(fits, Xa, ya, train, neighbours)
+        errs = residual_cv(fits, Xa, ya, train, neighbours)
         if errs is not None:
             res_held = errs[1]
             cv.setdefault(pieces, errs[0])

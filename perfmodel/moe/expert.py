@@ -271,7 +271,7 @@ def expert_block_provenance(
     (whole values of tokens-per-expert held out, :func:`hardware.fit.group_folds`)
     evaluated on the other 25 %.
     """
-    from hardware.fit import group_folds, mdape_pct
+    from hardware.folds import group_folds, mdape_pct
 
     Ga, Na, ta = (np.asarray(v, dtype=np.float64) for v in (G, N, t_s))
     full = fit_expert_block(Ga, Na, ta, seed=seed)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hardware.fit import fit_max_affine, fit_profile, group_folds, mdape_pct
+from hardware.fit import fit_max_affine, fit_profile
+from hardware.folds import group_folds, mdape_pct
 from hardware.maxaffine import GEMM_FEATURES, MaxAffine, gemm_features
 from hardware.profile_io import load_profile_file, profile_to_toml
 from hardware.residual import ResidualSurface, build_surface
