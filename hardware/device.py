@@ -153,6 +153,10 @@ class Device:
                 f"device {self.id!r} has no {key} math (it has: {have}); choose another dtype"
             ) from None
 
+    def has_math(self, dtype: str) -> bool:
+        """Whether the device has a dense peak for math in ``dtype``."""
+        return get_dtype(dtype).compute_key in self.peak_flops_per_s
+
     def ridge_flop_per_byte(self, dtype: str) -> float:
         """Roofline ridge point: peak FLOP/s / HBM B/s."""
         return self.peak(dtype) / self.hbm_bw_bytes_per_s

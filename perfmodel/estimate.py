@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.device import Device
+from hardware.engine import Engine
 from perfmodel.batch import Batch
 from perfmodel.errors import SpecError
 from perfmodel.memory import MemoryFit, memory_fit
@@ -55,22 +56,27 @@ def estimate(
     batch: int,
     input_len: int,
     output_len: int,
+    engine: Engine | None = None,
 ) -> Estimate:
+    """The static batch on ``plan``; ``engine`` as in ``perfmodel.step.step_time`` and
+    ``perfmodel.memory.memory_fit`` (``None``: the engine-less model)."""
     for name, v in (("batch", batch), ("input length", input_len), ("output length", output_len)):
         if not (isinstance(v, int | np.integer) and v > 0):
             raise SpecError(f"{name} must be a positive integer, got {v!r}")
-    fit = memory_fit(model, device, plan, batch=batch, context_len=input_len + output_len)
+    fit = memory_fit(
+        model, device, plan, batch=batch, context_len=input_len + output_len, engine=engine
+    )
     mb = -(-batch // plan.pp)  # ⌈batch/pp⌉: the largest virtual engine's micro-batch
-    prefill = step_time(model, device, Batch.prefill(mb, input_len), plan=plan)
+    prefill = step_time(model, device, Batch.prefill(mb, input_len), plan=plan, engine=engine)
     ctx = input_len + np.arange(max(output_len - 1, 1), dtype=np.float64)
-    decode = step_time(model, device, Batch.decode(mb, ctx), plan=plan)
+    decode = step_time(model, device, Batch.decode(mb, ctx), plan=plan, engine=engine)
     n_dec = output_len - 1
     decode_total = float(decode.total_s[:n_dec].sum())
     ttft = float(prefill.total_s)
     tpot = float(decode.total_s.mean()) if n_dec > 0 else 0.0
     e2e = ttft + decode_total
     mid_ctx = input_len + n_dec // 2
-    mid = step_time(model, device, Batch.decode(mb, mid_ctx), plan=plan)
+    mid = step_time(model, device, Batch.decode(mb, mid_ctx), plan=plan, engine=engine)
     ai = float(mid.flops / mid.bytes) if float(mid.bytes) > 0 else float("inf")
     return Estimate(
         model=model,

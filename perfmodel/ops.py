@@ -72,7 +72,14 @@ def kv_elems_per_token_per_layer_per_device(model: ModelSpec, tp: int) -> float:
     return model.kv_elems_per_token_per_layer() / model.kv_shards(tp)
 
 
-def attention_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op]:
+def attention_ops(
+    model: ModelSpec, plan: ParallelPlan, batch: Batch, *, decode_kv_reads: float = 1.0
+) -> list[Op]:
+    """Attention projections, the fused attention kernel and the output projection.
+
+    ``decode_kv_reads``: times a decode step reads each cached K/V element (1 when the
+    query heads of a group share one read; the engine's ``Engine.decode_kv_reads``).
+    """
     t = plan.tp
     h = model.hidden
     T = batch.tokens
@@ -120,7 +127,9 @@ def attention_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op
         decode_pair_flops + softmax_flops
     )
     attn_bytes = (
-        batch.kv_read_tokens * kv_elems * plan.kv_bytes  # read the cache
+        (batch.prefill_kv_read + decode_kv_reads * batch.decode_context)
+        * kv_elems
+        * plan.kv_bytes  # read the cache
         + T * kv_elems * plan.kv_bytes  # append this step's K/V
         + 2 * T * q_elems * plan.act_bytes  # read Q, write O
     )
@@ -202,11 +211,13 @@ def head_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op]:
     return ops
 
 
-def layer_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op]:
+def layer_ops(
+    model: ModelSpec, plan: ParallelPlan, batch: Batch, *, decode_kv_reads: float = 1.0
+) -> list[Op]:
     """Every operator of one iteration on one device, in execution order."""
     return [
         *head_ops(model, plan, batch)[:1],
-        *attention_ops(model, plan, batch),
+        *attention_ops(model, plan, batch, decode_kv_reads=decode_kv_reads),
         *mlp_ops(model, plan, batch),
         elementwise_op(model, plan, batch),
         *head_ops(model, plan, batch)[1:],

@@ -76,6 +76,10 @@ MODEL_IDS = {
     "llama v2 70b": "llama-2-70b",
     "mixtral 8x7b": "mixtral-8x7b",
     "mixtral 8x22b": "mixtral-8x22b",
+    "gptj 6b": "gpt-j-6b",
+    "gpt-j 6b": "gpt-j-6b",
+    "mistral 7b": "mistral-7b",
+    "falcon 180b": "falcon-180b",
     "llama 7b": "llama-2-7b",  # v0.5 "LLaMA 7B": LLaMA-1/2 7B have the same shapes
     "llama 70b": "llama-2-70b",  # v0.5 "LLaMA 70B": only Llama 2 has a 70B (GQA)
     "meta-llama/llama-2-7b-hf": "llama-2-7b",
