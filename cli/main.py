@@ -15,6 +15,7 @@ from cli import (
     phase_cmd,
     predict_cmd,
     profile_cmd,
+    validate_cmd,
 )
 
 app = typer.Typer(
@@ -35,6 +36,8 @@ app.command("capacity")(capacity_cmd.capacity_cmd)
 app.command("simulate")(capacity_cmd.simulate_cmd)
 app.add_typer(pd_cmd.app, name="pd")
 app.add_typer(phase_cmd.app, name="phase")
+app.command("validate")(validate_cmd.validate_cmd)
+app.command("calibrate")(validate_cmd.calibrate_cmd)
 
 
 def main() -> None:

@@ -109,7 +109,7 @@ def offline_throughput(
     p = b * s / o  # prompt tokens entering per iteration
     room = B - b
     if mixed and room >= 1:
-        chunk = min(room, max(p, 1.0))
+        chunk = float(room)
         phi = p / chunk
         if s <= chunk:
             prompts = Batch.prefill(chunk / s, s)
