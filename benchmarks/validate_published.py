@@ -74,16 +74,17 @@ def groups() -> list[tuple[str, Pred]]:
             lambda r: sb(r) and r.measurement.model in ("llama-2-7b", "gpt-j-6b"),
         ),
     ]
+
+    def argonne(eng: str, dev: str) -> Pred:
+        def pred(r: RowResult) -> bool:
+            m = r.measurement
+            return ar(r) and m.engine_family == eng and m.device == dev
+
+        return pred
+
     for eng in ("vllm", "trtllm"):
         for dev in ("a100-sxm-80gb", "h100-sxm", "mi250"):
-            out.append(
-                (
-                    f"Argonne {eng} {dev}",
-                    lambda r, e=eng, d=dev: (
-                        ar(r) and r.measurement.engine_family == e and r.measurement.device == d
-                    ),
-                )
-            )
+            out.append((f"Argonne {eng} {dev}", argonne(eng, dev)))
     out.append(
         (
             "TRT-LLM online sweep: mean TTFT",
@@ -127,7 +128,7 @@ def main() -> int:
         write_long_csv(conv.rows, path)
         rows = read_measurements(path)
     print(f"{len(rows)} rows ({conv.duplicates} repeats merged, {len(conv.skipped)} left out)")
-    runs = [("shipped engines (row's engine)", None)]
+    runs: list[tuple[str, str | None]] = [("shipped engines (row's engine)", None)]
     if not a.no_baseline:
         runs.append(("engine-less model (today's answer)", BASELINE))
     for label, eng in runs:
@@ -144,9 +145,10 @@ def main() -> int:
         for k in ("fit", "leave_one_model_out", "leave_one_device_out"):
             s = prov.get(k)
             if s:
+                med, sig = s["median_abs_error_pct"], s["signed_median_error_pct"]
                 print(
-                    f"{e.id:12s} {k:22s} n={s['rows']:4d} median {s['median_abs_error_pct']:5.1f}% "
-                    f"signed {s['signed_median_error_pct']:+6.1f}% p90 {s['p90_abs_error_pct']:5.1f}%"
+                    f"{e.id:12s} {k:22s} n={s['rows']:4d} median {med:5.1f}% "
+                    f"signed {sig:+6.1f}% p90 {s['p90_abs_error_pct']:5.1f}%"
                 )
         if not prov:
             print(f"{e.id:12s} not calibrated (start values)")
