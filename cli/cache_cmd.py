@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from perfmodel.units import MS_PER_S
 
 app = typer.Typer(
     help="Memory budgets: KV cache vs offloaded-expert cache vs LoRA adapters.",
@@ -54,14 +55,16 @@ Levels = Annotated[int, typer.Option(help="Grid levels for this pool.")]
 
 def _spec(**o: Any) -> Any:
     from hardware.device import load_device
-    from perfmodel.hitrate import activation_from_counts
+    from perfmodel.cache.hitrate import activation_from_counts
+    from perfmodel.cache.paging import SOURCES, nvme_link
     from perfmodel.model import load_model
-    from perfmodel.paging import SOURCES, nvme_link
-    from perfmodel.parallel import ParallelPlan
-    from perfmodel.routing import load_counts_csv
+    from perfmodel.moe.routing import load_counts_csv
+    from perfmodel.plan import ParallelPlan
     from perfmodel.units import GIGA, GiB, from_ms
-    from perfmodel.workload import SLO, Workload, load_trace, preset
-    from solvers.cache_budget import CacheBudgetSpec, popularity_activation
+    from perfmodel.workload.presets import Workload, preset
+    from perfmodel.workload.slo import SLO
+    from perfmodel.workload.trace import load_trace
+    from solvers.cache.budget import CacheBudgetSpec, popularity_activation
 
     for name in ("tp", "max_batched_tokens", "kv_levels", "expert_levels", "adapter_levels"):
         if o[name] < 1:
@@ -109,7 +112,7 @@ def _spec(**o: Any) -> Any:
 
 
 def _plan(spec: Any) -> Any:
-    from solvers.cache_budget import plan_cache_budget
+    from solvers.cache.budget import plan_cache_budget
 
     n = spec.kv_levels * (spec.expert_levels if spec.offload_experts else 1)
     with typer.progressbar(length=n, label="splits", file=sys.stderr) as bar:
@@ -144,15 +147,15 @@ def plan_dict(plan: Any) -> dict[str, Any]:
             "service_rate_per_s": ev.service_rate_per_s,
             "bound": ev.binding,
             "utilization": ev.utilization,
-            "tpot_mean_ms": ev.tpot_mean_s * 1e3,
-            "tpot_quantile_ms": ev.tpot_quantile_s * 1e3,
-            "ttft_quantile_ms": ev.ttft_quantile_s * 1e3,
+            "tpot_mean_ms": ev.tpot_mean_s * MS_PER_S,
+            "tpot_quantile_ms": ev.tpot_quantile_s * MS_PER_S,
+            "ttft_quantile_ms": ev.ttft_quantile_s * MS_PER_S,
             "slo_attainment": ev.attainment,
             "slo_goodput_per_s": ev.slo_goodput_per_s,
             "expert_misses_per_step": ev.expert_misses_per_step,
-            "expert_fetch_ms_per_step": ev.expert_penalty_s * 1e3,
+            "expert_fetch_ms_per_step": ev.expert_penalty_s * MS_PER_S,
             "adapter_hit_ratio": ev.adapter_hit_ratio,
-            "adapter_load_ms": ev.adapter_load_s * 1e3,
+            "adapter_load_ms": ev.adapter_load_s * MS_PER_S,
         }
     return out
 
@@ -292,7 +295,7 @@ def curve_cmd(
 def _hit_curves(spec: Any) -> list[Any]:
     import numpy as np
 
-    from perfmodel.hitrate import che_lru, che_lru_steps, static_hit_ratio, step_activation
+    from perfmodel.cache.hitrate import che_lru, che_lru_steps, static_hit_ratio, step_activation
     from reports.cache_plot import HitCurve
 
     curves = []
@@ -313,7 +316,7 @@ def _hit_curves(spec: Any) -> list[Any]:
             )
         )
     if spec.adapters:
-        from perfmodel.hitrate import zipf_popularity
+        from perfmodel.cache.hitrate import zipf_popularity
 
         p = zipf_popularity(spec.adapters, spec.adapter_zipf)
         sizes = np.unique(np.geomspace(1, spec.adapters, 30).round())

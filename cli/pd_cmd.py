@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from perfmodel.units import MS_PER_S
 
 app = typer.Typer(
     help="Prefill/decode disaggregation: P:D ratio and parallelism under TTFT/TPOT SLOs.",
@@ -55,8 +56,9 @@ KvCapOpt = Annotated[
 
 
 def _workload(workload: str | None, trace: Path | None) -> Any:
-    from perfmodel.pd_models import planner_lengths
-    from perfmodel.workload import Workload, load_trace
+    from perfmodel.pd.models import planner_lengths
+    from perfmodel.workload.presets import Workload
+    from perfmodel.workload.trace import load_trace
 
     if (workload is None) == (trace is None):
         raise fail("give exactly one of --workload (chat, code, sharegpt) or --trace CSV")
@@ -68,7 +70,7 @@ def _workload(workload: str | None, trace: Path | None) -> Any:
 
 def _slo(ttft_ms: float, tpot_ms: float, percentile: float) -> Any:
     from perfmodel.units import from_ms
-    from perfmodel.workload import SLO
+    from perfmodel.workload.slo import SLO
 
     for name, v in (("--ttft-slo-ms", ttft_ms), ("--tpot-slo-ms", tpot_ms)):
         if not v > 0:
@@ -78,7 +80,7 @@ def _slo(ttft_ms: float, tpot_ms: float, percentile: float) -> Any:
 
 def _kv_capacities(specs: list[str] | None, device_id: str) -> dict[tuple[str, int], int] | None:
     """``--decode-kv-capacity-tokens`` values by ``(device id, TP)``."""
-    from solvers.pd_plan import TP_CANDIDATES
+    from solvers.pd.plan import TP_CANDIDATES
 
     if not specs:
         return None
@@ -110,7 +112,7 @@ def _phase_profiles(
     dtype: str,
 ) -> Any:
     """``--prefill-profile`` / ``--decode-profile`` as ``(phase, device id, TP) -> profile``."""
-    from perfmodel.pd_profiles import load_phase_profiles
+    from perfmodel.pd.profiles import load_phase_profiles
 
     if not prefill and not decode:
         return None
@@ -193,7 +195,7 @@ def plan_cmd(
     """Least-cost prefill/decode plan for a rate under TTFT and TPOT SLOs."""
     from hardware.device import load_device
     from perfmodel.model import load_model
-    from solvers.pd_plan import plan_pd
+    from solvers.pd.plan import plan_pd
 
     w = _workload(workload, trace)
     slo = _slo(ttft_slo_ms, tpot_slo_ms, percentile)
@@ -328,7 +330,7 @@ def phase_cmd(
         )
         rows = []
         for y in d.ys:
-            row: list[Any] = [f"{y * 1e3:g}" if d.kind == "slo" else f"{y:g}"]
+            row: list[Any] = [f"{y * MS_PER_S:g}" if d.kind == "slo" else f"{y:g}"]
             for x in d.xs:
                 c = d.cell(x, y)
                 row.append(
@@ -337,7 +339,7 @@ def phase_cmd(
                     else c.regime
                 )
             rows.append(row)
-        heads = [f"{x * 1e3:g}" if d.kind == "slo" else f"{x:g}" for x in d.xs]
+        heads = [f"{x * MS_PER_S:g}" if d.kind == "slo" else f"{x:g}" for x in d.xs]
         typer.echo(table(rows, [d.y_label + " \\ " + d.x_label, *heads]))
         typer.echo(d.summary())
     typer.echo(f"\nwrote {out}")

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.units import GiB
-from solvers.cache_budget import CachePlan
+from perfmodel.units import MS_PER_S, GiB
+from solvers.cache.budget import CachePlan
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ def _split_table(plan: CachePlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, l
         j = int(idx[1]) if len(shape) > 1 else 0
         v = ev.objective(plan.objective_kind)
         if plan.objective_kind == "tpot":
-            v = -v * 1e3
+            v = -v * MS_PER_S
         cur = z[int(idx[0]), j]
         better = v > cur if plan.objective_kind == "goodput" else v < cur
         if math.isnan(cur) or better:

@@ -29,7 +29,7 @@ from hardware.device import Device, load_device
 from hardware.engine import Engine, load_engine
 from perfmodel.errors import PerfModelError, SpecError
 from perfmodel.model import ModelSpec, load_model
-from perfmodel.parallel import ParallelPlan
+from perfmodel.plan import ParallelPlan
 from perfmodel.units import MS_PER_S
 from perfmodel.validate.data import Measurement
 
@@ -110,8 +110,10 @@ def _offline(
     m: Measurement, model: ModelSpec, device: Device, plan: ParallelPlan, engine: Engine | None
 ) -> tuple[float, dict[str, Any]]:
     if engine is None:
-        from perfmodel import queueing
-        from perfmodel.workload import Workload, fixed_lengths
+        from perfmodel.serving import service as queueing
+        from perfmodel.serving import goodput as queueing_goodput
+        from perfmodel.workload.presets import Workload
+        from perfmodel.workload.lengths import fixed_lengths
 
         sr = queueing.service_rate(
             model, device, plan, Workload("offline", fixed_lengths(m.isl, m.osl))
@@ -120,7 +122,7 @@ def _offline(
             return sr.rate_per_s, {"binding": sr.binding}
         out = sr.rate_per_s * m.osl
         return _per_metric(m, out, out * (m.isl + m.osl) / m.osl, plan), {"binding": sr.binding}
-    from perfmodel.offline import offline_throughput
+    from perfmodel.serving.offline import offline_throughput
 
     r = offline_throughput(model, device, plan, input_len=m.isl, output_len=m.osl, engine=engine)
     detail = {"batch": r.batch, "binding": r.binding, "prefill_share": r.prefill_share}
@@ -160,8 +162,10 @@ def _static(
 def _online(
     m: Measurement, model: ModelSpec, device: Device, plan: ParallelPlan
 ) -> tuple[float, dict[str, Any]]:
-    from perfmodel import queueing
-    from perfmodel.workload import Workload, fixed_lengths
+    from perfmodel.serving import service as queueing
+    from perfmodel.serving import goodput as queueing_goodput
+    from perfmodel.workload.presets import Workload
+    from perfmodel.workload.lengths import fixed_lengths
 
     assert m.request_rate_per_s is not None
     sr = queueing.service_rate(model, device, plan, Workload("online", fixed_lengths(m.isl, m.osl)))

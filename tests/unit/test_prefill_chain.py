@@ -1,0 +1,115 @@
+"""The prefill-backlog chain against closed forms it must reproduce in limiting cases."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import stats
+
+from perfmodel.serving.prefill_chain import (
+    BacklogChain,
+    Transition,
+    compound_poisson,
+    grid_pmf,
+    solve_chain,
+    tagged_request,
+)
+
+
+def test_compound_poisson_unit_jumps_is_poisson() -> None:
+    """``CP(r, δ₁)`` is Poisson(r); the mass beyond the grid is lumped at its top."""
+    pmf = compound_poisson(np.array([3.7, 0.2]), np.array([0.0, 1.0]), 12)
+    k = np.arange(11)
+    assert np.allclose(pmf[0, :11], stats.poisson.pmf(k, 3.7), atol=1e-13)
+    assert pmf[0, 11] == pytest.approx(stats.poisson.sf(10, 3.7), abs=1e-13)
+    assert pmf[1, 0] == pytest.approx(np.exp(-0.2), rel=1e-12)
+
+
+def test_grid_pmf_keeps_the_mean() -> None:
+    tokens, w = np.array([100, 250, 1000]), np.array([0.2, 0.5, 0.3])
+    f = grid_pmf(tokens, w, 128.0)
+    assert f.sum() == pytest.approx(1.0)
+    assert 128.0 * np.dot(np.arange(f.size), f) == pytest.approx(np.dot(tokens, w))
+
+
+def _affine_chain(
+    a: float, c: float, delta: float, G: int, prompt_steps: int, lam: float
+) -> BacklogChain | None:
+    tau = a + c * delta * np.arange(G + 1)
+    f = np.zeros(prompt_steps + 1)
+    f[prompt_steps] = 1.0
+    return solve_chain(tau, f, rate_per_s=lam, decode_seqs=0.0, budget_tokens=G * delta)
+
+
+def test_stationary_law_is_invariant() -> None:
+    """``π·T = π``, with ``T`` assembled densely from its definition."""
+    rng = np.random.default_rng(3)
+    G, f = 8, rng.random(20)
+    f /= f.sum()
+    ch = solve_chain(
+        0.01 + 0.002 * np.arange(G + 1), f, rate_per_s=20.0, decode_seqs=0.0, budget_tokens=8.0
+    )
+    assert ch is not None
+    n, A = ch.states, ch.transition.arrivals
+    T = np.zeros((n, n))
+    T[: G + 1] = A
+    for i in range(G + 1, n):
+        T[i, i - G :] = A[G][: n - i + G]
+        T[i, -1] += 1 - T[i].sum()
+    assert np.allclose(ch.stationary @ T, ch.stationary, atol=1e-14)
+    x = rng.random(n)
+    assert np.allclose(Transition(A)(x), x @ T, atol=1e-13)
+
+
+def test_gated_branching_limit() -> None:
+    """Affine step time, a budget that never binds: the gated branching process.
+
+    Iteration ``k + 1`` carries the prompts that arrived during iteration ``k``:
+    ``X' = a + Σ_{N(X)} Δ`` with ``N ~ Poisson(λX)`` and ``Δ = c·s``, so ``ρ = λΔ``,
+    ``b̄ = a/(1 − ρ)``, ``Var X = λ·b̄·Δ²/(1 − ρ²)`` and ``E[X' | X] = a + ρX``. A request
+    arriving in an iteration (length-biased, ``E[X²]/b̄``) is served in the next one,
+    ``X_R = a + Δ + ρ·E[X²]/b̄`` (Slivnyak–Mecke), and its j-th decode iteration has mean
+    ``b̄ + ρ^j (X_R − b̄)``. Hand-derived, independent of the chain's construction.
+    """
+    a, c, delta, G, lam = 0.01, 2e-5, 500.0, 32, 50.0
+    s = 500.0  # one grid step; 32 prompts would be needed to fill the budget
+    ch = _affine_chain(a, c, delta, G, 1, lam)
+    assert ch is not None
+    d = c * s
+    rho = lam * d
+    b = a / (1 - rho)
+    ex2 = b * b + lam * b * d * d / (1 - rho**2)
+    assert ch.mean_step_s == pytest.approx(b, rel=1e-9)
+    assert ch.mean_residual_s == pytest.approx(ex2 / (2 * b), rel=1e-9)
+    assert ch.full_fraction < 1e-12
+    tg = tagged_request(ch, decode_step_s=ch.step_s, max_steps=100, rel_tol=1e-9)
+    x_r = a + d + rho * ex2 / b
+    assert tg.full_iterations < 1e-9
+    assert tg.last_prefill_s == pytest.approx(x_r, rel=1e-7)
+    j = np.arange(1, 11)
+    assert np.allclose(tg.decode_step_s[:10], b + rho**j * (x_r - b), rtol=1e-7)
+    # TPOT over n decode steps is the mean of the profile
+    n = np.array([1.0, 5.0, 50.0])
+    want = [np.mean(b + rho ** np.arange(1, k + 1) * (x_r - b)) for k in (1, 5, 50)]
+    assert np.allclose(tg.mean_tpot_s(n), want, rtol=1e-6)
+
+
+def test_prompt_longer_than_the_budget() -> None:
+    """A lone prompt of 2.5 budgets: two full iterations, then one with half a budget."""
+    a, c, delta, G = 0.01, 2e-5, 100.0, 32
+    ch = _affine_chain(a, c, delta, G, 80, 1e-6)
+    assert ch is not None
+    tg = tagged_request(ch, decode_step_s=ch.step_s, max_steps=10)
+    assert tg.full_iterations == pytest.approx(2.0, rel=1e-6)
+    assert tg.full_wait_s == pytest.approx(2 * (a + c * G * delta), rel=1e-6)
+    assert tg.last_prefill_s == pytest.approx(a + c * 16 * delta, rel=1e-5)
+    assert tg.decode_step_s[0] == pytest.approx(a, rel=1e-5)  # nothing left behind
+
+
+def test_overloaded_prompts_are_not_recurrent() -> None:
+    """``λ·τ(B')·E[s] ≥ B'``: prompts arrive faster than full iterations serve them."""
+    a, c, delta, G = 0.01, 2e-5, 100.0, 32
+    full = a + c * G * delta
+    lam_edge = G / (full * 10)  # prompts of 10 grid steps
+    assert _affine_chain(a, c, delta, G, 10, 1.01 * lam_edge) is None
+    assert _affine_chain(a, c, delta, G, 10, 0.9 * lam_edge) is not None
