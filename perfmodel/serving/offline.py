@@ -34,11 +34,11 @@ import numpy as np
 
 from hardware.device import Device
 from hardware.engine import Engine
-from perfmodel.step.batch import Batch
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.memory import DEFAULT_MAX_BATCHED_TOKENS, describe_shortfall, memory_fit
 from perfmodel.model import ModelSpec
 from perfmodel.plan import ParallelPlan
+from perfmodel.step.batch import Batch
 from perfmodel.step.time import step_time
 
 

@@ -4,12 +4,12 @@ How each kind of row is predicted:
 
 * offline (no batch size, no rate): :func:`perfmodel.offline.offline_throughput` with the
   row's engine; the engine-less baseline (``engine=None``) is today's answer without an
-  engine, the stable rate ``μ`` of ``perfmodel.queueing.service_rate`` times the output
+  engine, the stable rate ``μ`` of ``perfmodel.serving.service.service_rate`` times the output
   length;
 * static batch (a batch size): :func:`perfmodel.estimate.estimate` — throughput
   ``batch·osl/e2e`` (total: ``batch·(isl+osl)/e2e``), TTFT = the prefill iteration,
   TPOT = the mean decode iteration;
-* online, open loop (``request_rate_per_s``): ``perfmodel.queueing.latency`` at that rate
+* online, open loop (``request_rate_per_s``): ``perfmodel.serving.service.latency`` at that rate
   (mean and percentile TTFT/TPOT), engine-less only;
 * closed loop (``concurrency``) and metrics a row's kind cannot give: unrepresentable,
   with the reason.
@@ -111,9 +111,8 @@ def _offline(
 ) -> tuple[float, dict[str, Any]]:
     if engine is None:
         from perfmodel.serving import service as queueing
-        from perfmodel.serving import goodput as queueing_goodput
-        from perfmodel.workload.presets import Workload
         from perfmodel.workload.lengths import fixed_lengths
+        from perfmodel.workload.presets import Workload
 
         sr = queueing.service_rate(
             model, device, plan, Workload("offline", fixed_lengths(m.isl, m.osl))
@@ -163,9 +162,8 @@ def _online(
     m: Measurement, model: ModelSpec, device: Device, plan: ParallelPlan
 ) -> tuple[float, dict[str, Any]]:
     from perfmodel.serving import service as queueing
-    from perfmodel.serving import goodput as queueing_goodput
-    from perfmodel.workload.presets import Workload
     from perfmodel.workload.lengths import fixed_lengths
+    from perfmodel.workload.presets import Workload
 
     assert m.request_rate_per_s is not None
     sr = queueing.service_rate(model, device, plan, Workload("online", fixed_lengths(m.isl, m.osl)))

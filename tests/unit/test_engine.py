@@ -9,12 +9,12 @@ import pytest
 
 from hardware.device import load_device
 from hardware.engine import Engine, device_family, load_engine
-from perfmodel.step.batch import Batch
 from perfmodel.errors import SpecError
 from perfmodel.memory import activation_reserve_bytes, memory_fit, weight_bytes_per_device
 from perfmodel.model import load_model
-from perfmodel.serving.offline import offline_throughput
 from perfmodel.plan import ParallelPlan
+from perfmodel.serving.offline import offline_throughput
+from perfmodel.step.batch import Batch
 from perfmodel.step.time import HOST_OP, step_time
 
 
