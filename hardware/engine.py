@@ -4,7 +4,10 @@ An :class:`Engine` is read from ``hardware/engines/*.toml`` (one file per engine
 and version range, every default with its source) or from a user's TOML file. It holds
 
 * host overhead per iteration: ``iteration_overhead_s + per_request_overhead_s · n``
-  for ``n`` sequences in the batch (scheduler, sampling, detokenization, launch);
+  for ``n`` sequences in the batch (scheduler, sampling, detokenization, launch), the
+  fixed part per device family (``[host.by_family]``: host CPU and vendor stack), and a
+  fixed cost per collective call (``collective_overhead_s``: launch and synchronization
+  of each tensor-parallel all-reduce beyond the link model of ``hardware.comm``);
 * batch caps: ``max_num_seqs`` (vLLM) / ``max_batch_size`` (TensorRT-LLM) and
   ``max_num_batched_tokens`` / ``max_num_tokens``;
 * the KV memory budget: ``kv_memory_fraction`` of the device's memory (``basis =
@@ -14,6 +17,9 @@ and version range, every default with its source) or from a user's TOML file. It
   tokens, TensorRT-LLM's guaranteed-no-evict scheduler; ``"incremental"``: blocks as the
   request grows, with preemption when the cache runs out, vLLM);
 * chunked prefill on or off with its chunk, and the preemption mode;
+* ``kv_dequant_efficiency`` ∈ (0, 1]: the factor on decode attention's KV read rate
+  when the cache is in a format the device has no math for (FP8 KV on an A100: the
+  kernel dequantizes in software);
 * ``gqa_kv_sharing`` ∈ [0, 1]: how well a decode attention kernel shares one K/V read
   among the query heads of a group. With ``g`` query heads per KV head a decode step
   reads its KV ``1 + (g − 1)·(1 − s)`` times (``s = 1``: once per KV head, as
@@ -23,7 +29,7 @@ and version range, every default with its source) or from a user's TOML file. It
   and attention compute, as fractions of the device's dense peak and HBM bandwidth.
   The family of a device comes from ``hardware/engines/families.toml``.
 
-Nothing here computes a time: ``perfmodel.step`` reads these numbers.
+Nothing here computes a time: ``perfmodel.step.time`` and ``perfmodel.memory`` read these numbers.
 """
 
 from __future__ import annotations
@@ -90,6 +96,8 @@ class Engine:
     efficiency: dict[tuple[str, str], KernelEfficiency]
     default_efficiency: KernelEfficiency
     iteration_overhead_by_family: dict[str, float] = field(default_factory=dict)
+    collective_overhead_s: float = 0.0  # per collective call, beyond the link model
+    kv_dequant_efficiency: float = 1.0  # KV read rate factor when dequantized in software
     calibrated: tuple[str, ...] = ()  # "family/dtype" pairs fitted on measurements
     provenance: dict[str, Any] = field(default_factory=dict, compare=False)
     sources: tuple[str, ...] = ()
@@ -98,7 +106,7 @@ class Engine:
 
     def __post_init__(self) -> None:
         where = f"engine {self.id!r}"
-        for name in ("iteration_overhead_s", "per_request_overhead_s"):
+        for name in ("iteration_overhead_s", "per_request_overhead_s", "collective_overhead_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise SpecError(f"{where}: {name} must be >= 0, got {v!r}")
@@ -108,6 +116,8 @@ class Engine:
                 raise SpecError(f"{where}: {name} must be a positive integer, got {v!r}")
         if not 0 < self.kv_memory_fraction <= 1:
             raise SpecError(f"{where}: kv_memory_fraction must be in (0, 1]")
+        if not 0 < self.kv_dequant_efficiency <= 1:
+            raise SpecError(f"{where}: kv_dequant_efficiency must be in (0, 1]")
         if not 0 <= self.gqa_kv_sharing <= 1:
             raise SpecError(f"{where}: gqa_kv_sharing must be in [0, 1]")
         for name, allowed in (
@@ -156,6 +166,8 @@ class Engine:
             "iteration_overhead_s": self.iteration_overhead_s,
             "per_request_overhead_s": self.per_request_overhead_s,
             "iteration_overhead_by_family": self.iteration_overhead_by_family,
+            "collective_overhead_s": self.collective_overhead_s,
+            "kv_dequant_efficiency": self.kv_dequant_efficiency,
             "max_num_seqs": self.max_num_seqs,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "kv_memory_fraction": self.kv_memory_fraction,
@@ -222,6 +234,7 @@ def engine_from_dict(data: dict[str, Any], *, path: str = "") -> Engine:
             iteration_overhead_by_family={
                 k: float(v) for k, v in host.get("by_family", {}).items()
             },
+            collective_overhead_s=float(host.get("collective_overhead_s", 0.0)),
             max_num_seqs=int(b["max_num_seqs"]),
             max_num_batched_tokens=int(b["max_num_batched_tokens"]),
             chunked_prefill=bool(b["chunked_prefill"]),
@@ -231,6 +244,7 @@ def engine_from_dict(data: dict[str, Any], *, path: str = "") -> Engine:
             kv_block_tokens=int(kv["block_tokens"]),
             kv_reservation=str(kv["reservation"]),
             gqa_kv_sharing=float(data["attention"]["gqa_kv_sharing"]),
+            kv_dequant_efficiency=float(data["attention"].get("kv_dequant_efficiency", 1.0)),
             efficiency=effs,
             default_efficiency=_eff(data["default_efficiency"], f"{where} [default_efficiency]"),
             calibrated=tuple(data.get("calibrated", ())),

@@ -118,6 +118,7 @@ class _Costing:
     attention: Roofline
     decode_kv_reads: float = 1.0
     engine: Engine | None = None
+    comm_extra_s: float = 0.0  # the engine's fixed cost per collective call
 
     def profile(self, op: Op) -> Roofline:
         return self.attention if op.name == "attention" else self.gemm
@@ -136,7 +137,11 @@ def _costing(
         return _Costing(prof, prof)
     eff = engine.kernel_efficiency(device.id, plan.act_dtype)
     gemm = profile or Roofline(device, eff_compute=eff.gemm_compute, eff_memory=eff.memory)
-    attn = profile or Roofline(device, eff_compute=eff.attention_compute, eff_memory=eff.memory)
+    # a KV format the device cannot compute in (FP8 KV on an A100) is dequantized in
+    # software inside the attention kernel: its reads stream at a fraction of the rate
+    soft = plan.kv_bytes < plan.act_bytes and not device.has_math(plan.kv_dtype)
+    attn_mem = eff.memory * (engine.kv_dequant_efficiency if soft else 1.0)
+    attn = profile or Roofline(device, eff_compute=eff.attention_compute, eff_memory=attn_mem)
     # query heads per KV head on one device (KV heads replicate when tp > kv_heads)
     reads = (
         1.0
@@ -145,7 +150,7 @@ def _costing(
             model.heads / plan.tp, model.kv_heads / model.kv_shards(plan.tp)
         )
     )
-    return _Costing(gemm, attn, reads, engine)
+    return _Costing(gemm, attn, reads, engine, engine.collective_overhead_s)
 
 
 def _host_op(c: _Costing, device: Device, batch: Batch) -> OpTime | None:
@@ -160,7 +165,11 @@ def _host_op(c: _Costing, device: Device, batch: Batch) -> OpTime | None:
     return OpTime(HOST_OP, 1, z, z, z, z, z, t)
 
 
-def _time_op(op: Op, prof: Roofline, device: Device, plan: ParallelPlan) -> OpTime:
+def _time_op(
+    op: Op, prof: Roofline, device: Device, plan: ParallelPlan, comm_extra_s: float = 0.0
+) -> OpTime:
+    """Seconds of ``op`` (all its executions); ``comm_extra_s``: the engine's fixed cost
+    per collective call beyond the link model (launch, synchronization)."""
     n = op.count
     if op.kind == "comm":
         if op.name == "pp_p2p_nic":  # between stages on different nodes
@@ -171,6 +180,7 @@ def _time_op(op: Op, prof: Roofline, device: Device, plan: ParallelPlan) -> OpTi
         else:  # inside one stage's tensor-parallel group
             group, link = plan.tp, link_for_group(device, plan.tp)
         t = collective_time_s(op.collective, op.bytes, group=group, link=link, dtype=plan.act_dtype)  # type: ignore[arg-type]
+        t = t + comm_extra_s
         z = np.zeros_like(t)
         return OpTime(op.name, n, z, z, z, z, n * t, n * t)
     r = prof.times(op.flops, op.bytes, dtype=plan.act_dtype, kernels=op.kernels)
@@ -207,7 +217,7 @@ def step_time(
     if plan.pp > 1:
         return _pipeline_step(model, device, batch, plan, c, host)
     times = tuple(
-        _time_op(op, c.profile(op), device, plan)
+        _time_op(op, c.profile(op), device, plan, c.comm_extra_s)
         for op in layer_ops(model, plan, batch, decode_kv_reads=c.decode_kv_reads)
     )
     if host is not None:
@@ -292,7 +302,7 @@ def _pipeline_step(
     shape = np.shape(batch.tokens)
     stages = [
         [
-            _time_op(op, c.profile(op), device, plan)
+            _time_op(op, c.profile(op), device, plan, c.comm_extra_s)
             for op in stage_ops(model, plan, batch, s, decode_kv_reads=c.decode_kv_reads)
         ]
         for s in range(pp)
@@ -303,7 +313,8 @@ def _pipeline_step(
     )
     slowest = np.argmax(np.stack(stage_s), axis=0)  # the bottleneck stage, per batch element
     hops = [
-        _time_op(op, c.gemm, device, plan) for op in pipeline_hop_ops(model, plan, batch, device)
+        _time_op(op, c.gemm, device, plan, c.comm_extra_s)
+        for op in pipeline_hop_ops(model, plan, batch, device)
     ]
     if host is not None:  # one scheduler step per virtual-engine iteration
         hops.append(host)

@@ -4,7 +4,11 @@ Free parameters (each bounded, each with a physical meaning):
 
 * ``iteration_overhead_s@<family>`` — host time per iteration on that device family;
 * ``per_request_overhead_s`` — host time per sequence in the batch;
+* ``collective_overhead_s`` — fixed cost per tensor-parallel collective call (rows with
+  more than one device only);
 * ``gqa_kv_sharing`` — K/V read sharing across a query-head group in decode attention;
+* ``kv_dequant_efficiency`` — KV read rate factor of a software-dequantized cache (rows
+  with such a cache only);
 * ``gemm_compute@<family>/<dtype>``, ``memory@<family>/<dtype>`` — kernel efficiencies,
   only for the (family, math dtype) pairs the data contain.
 
@@ -37,6 +41,7 @@ from perfmodel.validate.summary import ErrorStats, error_stats
 EFF_BOUNDS = (0.03, 1.0)
 OVERHEAD_MS_BOUNDS = (0.0, 30.0)
 PER_REQUEST_US_BOUNDS = (0.0, 300.0)
+COLLECTIVE_US_BOUNDS = (0.0, 200.0)
 
 
 @dataclass(frozen=True)
@@ -90,7 +95,11 @@ def free_params(engine: Engine, rows: Sequence[Measurement]) -> list[Param]:
     )
     out = [Param(f"iteration_overhead_s@{f}", *OVERHEAD_MS_BOUNDS) for f in fams]
     out.append(Param("per_request_overhead_s", *PER_REQUEST_US_BOUNDS))
+    if any(m.tp * m.pp > 1 for m in rows):
+        out.append(Param("collective_overhead_s", *COLLECTIVE_US_BOUNDS))
     out.append(Param("gqa_kv_sharing", 0.0, 1.0))
+    if any(_soft_kv(m) for m in rows):
+        out.append(Param("kv_dequant_efficiency", *EFF_BOUNDS))
     for f, d in pairs:
         # attention's compute efficiency stays the file's: prefill attention is a small
         # share of these rows' time and would be fitted to noise
@@ -99,10 +108,16 @@ def free_params(engine: Engine, rows: Sequence[Measurement]) -> list[Param]:
     return out
 
 
+def _soft_kv(m: Measurement) -> bool:
+    """The row's KV format has no math on its device (dequantized in software)."""
+    plan = plan_for(m, _device(m.device))
+    return plan.kv_bytes < plan.act_bytes and not _device(m.device).has_math(plan.kv_dtype)
+
+
 def _scale(name: str) -> float:
     if name.startswith("iteration_overhead_s"):
         return S_PER_MS
-    if name == "per_request_overhead_s":
+    if name in ("per_request_overhead_s", "collective_overhead_s"):
         return S_PER_US
     return 1.0
 
@@ -112,7 +127,12 @@ def current(engine: Engine, p: Param) -> float:
     name, _, where = p.name.partition("@")
     if name == "iteration_overhead_s":
         v = engine.iteration_overhead_by_family.get(where, engine.iteration_overhead_s)
-    elif name in ("per_request_overhead_s", "gqa_kv_sharing"):
+    elif name in (
+        "per_request_overhead_s",
+        "collective_overhead_s",
+        "gqa_kv_sharing",
+        "kv_dequant_efficiency",
+    ):
         v = getattr(engine, name)
     else:
         fam, _, dt = where.partition("/")
@@ -129,9 +149,9 @@ def apply(engine: Engine, values: dict[str, float]) -> Engine:
         name, _, where = key.partition("@")
         if name == "iteration_overhead_s":
             by_family[where] = v * S_PER_MS
-        elif name == "per_request_overhead_s":
+        elif name in ("per_request_overhead_s", "collective_overhead_s"):
             scalars[name] = v * S_PER_US
-        elif name == "gqa_kv_sharing":
+        elif name in ("gqa_kv_sharing", "kv_dequant_efficiency"):
             scalars[name] = v
         else:
             fam, _, dt = where.partition("/")
@@ -271,6 +291,7 @@ def engine_toml_table(cal: Calibration, *, data: str, default: bool = False) -> 
         "host": {
             "iteration_overhead_s": e.iteration_overhead_s,
             "per_request_overhead_s": e.per_request_overhead_s,
+            "collective_overhead_s": e.collective_overhead_s,
             "by_family": dict(sorted(e.iteration_overhead_by_family.items())),
         },
         "batching": {
@@ -285,7 +306,10 @@ def engine_toml_table(cal: Calibration, *, data: str, default: bool = False) -> 
             "block_tokens": e.kv_block_tokens,
             "reservation": e.kv_reservation,
         },
-        "attention": {"gqa_kv_sharing": e.gqa_kv_sharing},
+        "attention": {
+            "gqa_kv_sharing": e.gqa_kv_sharing,
+            "kv_dequant_efficiency": e.kv_dequant_efficiency,
+        },
         "default_efficiency": e.default_efficiency.to_dict(),
         "efficiency": eff,
     }

@@ -2,7 +2,7 @@
 
 How each kind of row is predicted:
 
-* offline (no batch size, no rate): :func:`perfmodel.offline.offline_throughput` with the
+* offline (no batch size, no rate): :func:`perfmodel.serving.offline.offline_throughput` with the
   row's engine; the engine-less baseline (``engine=None``) is today's answer without an
   engine, the stable rate ``μ`` of ``perfmodel.serving.service.service_rate`` times the output
   length;

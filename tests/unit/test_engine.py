@@ -136,3 +136,41 @@ def test_offline_batch_caps() -> None:
     r2 = offline_throughput(m, d, plan, input_len=1000, output_len=1000, engine=inc)
     assert r2.batch == cap // 1500
     assert r.output_tokens_per_s == pytest.approx(r.batch / r.iteration_s)
+
+
+def test_collective_overhead_per_call() -> None:
+    """Llama-2-70B on TP4 makes 2 all-reduces per layer (80 layers) and one logits
+    all-gather per iteration: 161 collective calls, each charged the engine's fixed cost."""
+    e = replace(load_engine("trtllm"), collective_overhead_s=10e-6)
+    e0 = replace(e, collective_overhead_s=0.0)
+    m, d = load_model("llama-2-70b"), load_device("h100-sxm")
+    plan = ParallelPlan(4)
+    b = Batch.decode(8, 1024)
+    dt = (
+        step_time(m, d, b, plan=plan, engine=e).total_s
+        - step_time(m, d, b, plan=plan, engine=e0).total_s
+    )
+    assert float(dt) == pytest.approx(161 * 10e-6, rel=1e-9)
+    # one device: no collectives, nothing charged
+    one = ParallelPlan(1)
+    m8 = load_model("llama-3.1-8b")
+    assert float(step_time(m8, d, b, plan=one, engine=e).total_s) == pytest.approx(
+        float(step_time(m8, d, b, plan=one, engine=e0).total_s), rel=1e-12
+    )
+
+
+def test_software_dequantized_kv_reads_slower() -> None:
+    """FP8 KV on an A100 (no FP8 math): decode attention streams its bytes at
+    ``kv_dequant_efficiency`` of the engine's memory efficiency; on an H100 it does not."""
+    e = replace(load_engine("vllm"), kv_dequant_efficiency=0.25)
+    m = load_model("llama-3.1-8b")
+    b = Batch.decode(64, 2048)
+    plan = ParallelPlan(1, "fp16", "fp16", "fp8")
+    a100 = load_device("a100-sxm-80gb")
+    slow = step_time(m, a100, b, plan=plan, engine=e).op("attention")
+    fast = step_time(m, a100, b, plan=plan, engine=replace(e, kv_dequant_efficiency=1.0))
+    assert float(slow.memory_s) == pytest.approx(4 * float(fast.op("attention").memory_s))
+    h100 = load_device("h100-sxm")
+    x = step_time(m, h100, b, plan=plan, engine=e).op("attention")
+    y = step_time(m, h100, b, plan=plan, engine=replace(e, kv_dequant_efficiency=1.0))
+    assert float(x.memory_s) == pytest.approx(float(y.op("attention").memory_s))
