@@ -7,10 +7,11 @@ from typing import Annotated
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
-from hardware.device import load_device
+from hardware.device import Device, load_device
+from hardware.engine import Engine
 from perfmodel.estimate import Estimate, estimate
 from perfmodel.memory import describe_shortfall
-from perfmodel.model import load_model
+from perfmodel.model import ModelSpec, load_model
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.time import StepTime
 from perfmodel.units import GiB, ms
@@ -79,6 +80,47 @@ def _positive(name: str, v: int) -> None:
         raise fail(f"{name} must be a positive integer, got {v}")
 
 
+def _offline(
+    m: ModelSpec,
+    d: Device,
+    plan: ParallelPlan,
+    eng: Engine | None,
+    label: str,
+    input_len: int,
+    output_len: int,
+    json_out: bool,
+) -> None:
+    from perfmodel.serving.offline import offline_throughput
+
+    r = offline_throughput(m, d, plan, input_len=input_len, output_len=output_len, engine=eng)
+    if json_out:
+        echo_json(
+            {
+                "model": m.id,
+                "hardware": d.id,
+                "tp": plan.tp,
+                "pp": plan.pp,
+                "engine": eng.id if eng else None,
+                "offline": r.to_dict(),
+            }
+        )
+        return
+    typer.echo(
+        f"engine: {label}\n{m.id} on {plan.devices}x {d.id}, all requests queued, "
+        f"{input_len} in / {output_len} out"
+    )
+    typer.echo(
+        f"  throughput {r.output_tokens_per_s:,.0f} output tokens/s "
+        f"({r.output_tokens_per_s / plan.devices:,.0f} per device), "
+        f"{r.requests_per_s:.3g} requests/s"
+    )
+    typer.echo(
+        f"  batch {r.batch} in flight (bound by {r.binding}); KV {r.kv_capacity_tokens:,} "
+        f"tokens; mean iteration {ms(r.iteration_s):.2f} ms, {100 * r.prefill_share:.0f} % "
+        "of it prompt work"
+    )
+
+
 @handle_errors
 def estimate_cmd(
     model: Annotated[str, typer.Option(help="Model id or config.json path.")] = DEFAULT_MODEL,
@@ -93,6 +135,20 @@ def estimate_cmd(
     dtype: Annotated[str, typer.Option(help="Weight dtype (bf16, fp8, int8, int4).")] = "bf16",
     act_dtype: Annotated[str, typer.Option(help="Math/activation dtype.")] = "bf16",
     kv_dtype: Annotated[str, typer.Option(help="KV-cache dtype.")] = "bf16",
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            help="Serving engine (trtllm, vllm, sglang, @version, or a TOML path); "
+            "default: none (the engine-less roofline)."
+        ),
+    ] = None,
+    offline: Annotated[
+        bool,
+        typer.Option(
+            help="Offline saturation throughput (all requests queued, fixed lengths) under "
+            "the engine's batch caps, instead of one static batch."
+        ),
+    ] = False,
     json_out: bool = JsonOpt,
 ) -> None:
     """Estimate TTFT, TPOT, throughput and memory fit for one static batch."""
@@ -107,10 +163,20 @@ def estimate_cmd(
     m = load_model(model)
     d = load_device(hardware)
     plan = ParallelPlan(tp=tp, weight_dtype=dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, pp=pp)
-    e = estimate(m, d, plan, batch=batch, input_len=input_len, output_len=output_len)
-    if json_out:
-        echo_json(estimate_dict(e))
+    eng = None
+    if engine is not None:
+        from hardware.engine import load_engine
+
+        eng = load_engine(engine)
+    label = eng.id if eng else "none (engine-less roofline)"
+    if offline:
+        _offline(m, d, plan, eng, label, input_len, output_len, json_out)
         return
+    e = estimate(m, d, plan, batch=batch, input_len=input_len, output_len=output_len, engine=eng)
+    if json_out:
+        echo_json({**estimate_dict(e), "engine": eng.id if eng else None})
+        return
+    typer.echo(f"engine: {label}")
     f = e.memory
     where = f"{tp}x {d.id}" if pp == 1 else f"{plan.devices}x {d.id} (TP{tp} x PP{pp})"
     typer.echo(

@@ -145,3 +145,35 @@ def test_cli_calibrate_writes_a_loadable_engine(tmp_path: Path) -> None:
     assert e.provenance["fit"]["rows"] == 3
     # fitted on these rows: in-sample error below the start file's
     assert e.provenance["fit"]["median_abs_error_pct"] < 100
+
+
+def test_estimate_offline_with_engine_caps() -> None:
+    r = runner.invoke(
+        app,
+        [
+            "estimate",
+            "--model",
+            "llama-3.1-8b",
+            "--hardware",
+            "h100-sxm",
+            "--tp",
+            "1",
+            "--offline",
+            "--engine",
+            "vllm",
+            "--input-len",
+            "128",
+            "--output-len",
+            "128",
+            "--json",
+        ],
+    )
+    assert r.exit_code == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["engine"] == "vllm"
+    # vLLM's max_num_seqs = 256 binds long before 456k KV tokens would
+    assert d["offline"]["batch"] == 256 and d["offline"]["binding"] == "max_num_seqs"
+    out = d["offline"]["output_tokens_per_s"]
+    assert out == pytest.approx(256 / d["offline"]["iteration_s"])
+    r = runner.invoke(app, ["estimate", "--engine", "tgi"])
+    assert r.exit_code == 2 and "unknown engine" in r.stderr
