@@ -168,13 +168,23 @@ def estimate_cmd(
         from hardware.engine import load_engine
 
         eng = load_engine(engine)
-    label = eng.id if eng else "none (engine-less roofline)"
+    label = (
+        eng.accuracy_note(d.id, plan.act_dtype)
+        if eng
+        else "none (engine-less roofline: 25-110 % optimistic against published engines)"
+    )
     if offline:
         _offline(m, d, plan, eng, label, input_len, output_len, json_out)
         return
     e = estimate(m, d, plan, batch=batch, input_len=input_len, output_len=output_len, engine=eng)
     if json_out:
-        echo_json({**estimate_dict(e), "engine": eng.id if eng else None})
+        echo_json(
+            {
+                **estimate_dict(e),
+                "engine": eng.id if eng else None,
+                "engine_accuracy": label,
+            }
+        )
         return
     typer.echo(f"engine: {label}")
     f = e.memory

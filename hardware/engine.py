@@ -137,6 +137,26 @@ class Engine:
     def is_calibrated(self, device_id: str, dtype: str) -> bool:
         return f"{device_family(device_id)}/{get_dtype(dtype).compute_key}" in self.calibrated
 
+    def accuracy_note(self, device_id: str, dtype: str) -> str:
+        """What error to expect on ``device_id`` in ``dtype``, from the stored validation.
+
+        Calibrated pairs quote the leave-one-model-out error, others the
+        leave-one-device-out error (a device the fit did not see); an engine without a
+        calibration says so.
+        """
+        fam = device_family(device_id)
+        key = get_dtype(dtype).compute_key
+        cal = self.is_calibrated(device_id, dtype)
+        stat = self.provenance.get("leave_one_model_out" if cal else "leave_one_device_out")
+        if not stat or not stat.get("rows"):
+            return f"{self.id} is not calibrated: expect the engine-less error band or worse"
+        where = "calibrated" if cal else f"uncalibrated on {fam}/{key}"
+        kind = "leave-one-model-out" if cal else "leave-one-device-out"
+        return (
+            f"{self.id} {where}: expect ±{stat['median_abs_error_pct']:.0f} % median, "
+            f"±{stat['p90_abs_error_pct']:.0f} % p90 ({kind} on published measurements)"
+        )
+
     def decode_kv_reads(self, query_heads: float, kv_heads: float) -> float:
         """Times a decode step reads each cached K/V element: ``1 + (g − 1)(1 − s)``."""
         g = max(query_heads / max(kv_heads, 1.0), 1.0)

@@ -174,3 +174,19 @@ def test_software_dequantized_kv_reads_slower() -> None:
     x = step_time(m, h100, b, plan=plan, engine=e).op("attention")
     y = step_time(m, h100, b, plan=plan, engine=replace(e, kv_dequant_efficiency=1.0))
     assert float(x.memory_s) == pytest.approx(float(y.op("attention").memory_s))
+
+
+def test_accuracy_note_quotes_the_stored_validation() -> None:
+    prov = {
+        "leave_one_model_out": {"rows": 10, "median_abs_error_pct": 7.2, "p90_abs_error_pct": 20.4},
+        "leave_one_device_out": {
+            "rows": 10,
+            "median_abs_error_pct": 11.0,
+            "p90_abs_error_pct": 31.0,
+        },
+    }
+    e = replace(load_engine("vllm"), provenance=prov, calibrated=("hopper/fp16",))
+    assert "calibrated: expect ±7 % median, ±20 % p90" in e.accuracy_note("h100-sxm", "fp16")
+    note = e.accuracy_note("mi300x", "fp16")
+    assert "uncalibrated on cdna3/fp16" in note and "±11 %" in note
+    assert "not calibrated" in replace(e, provenance={}).accuracy_note("h100-sxm", "fp16")
