@@ -7,17 +7,16 @@ from typing import Annotated
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
+from cli.options import DEFAULT_HARDWARE, DEFAULT_MODEL
 from hardware.device import Device, load_device
 from hardware.engine import Engine
 from perfmodel.estimate import Estimate, estimate
 from perfmodel.memory import describe_shortfall
 from perfmodel.model import ModelSpec, load_model
 from perfmodel.plan import ParallelPlan
+from perfmodel.step.instance import Instance
 from perfmodel.step.time import StepTime
 from perfmodel.units import GiB, ms
-
-DEFAULT_MODEL = "llama-3.1-70b"
-DEFAULT_HARDWARE = "h100-sxm"
 
 
 def _breakdown(step: StepTime) -> list[dict[str, object]]:
@@ -125,7 +124,7 @@ def _offline(
 def estimate_cmd(
     model: Annotated[str, typer.Option(help="Model id or config.json path.")] = DEFAULT_MODEL,
     hardware: Annotated[str, typer.Option(help="Device id or TOML path.")] = DEFAULT_HARDWARE,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 8,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
     pp: Annotated[
         int, typer.Option(help="Pipeline-parallel stages (devices = tp x pp; 1 = none).")
     ] = 1,
@@ -176,7 +175,8 @@ def estimate_cmd(
     if offline:
         _offline(m, d, plan, eng, label, input_len, output_len, json_out)
         return
-    e = estimate(m, d, plan, batch=batch, input_len=input_len, output_len=output_len, engine=eng)
+    inst = Instance(m, d, plan, engine=eng)
+    e = estimate(inst, batch=batch, input_len=input_len, output_len=output_len)
     if json_out:
         echo_json(
             {

@@ -35,11 +35,11 @@ import numpy as np
 from hardware.device import Device
 from hardware.engine import Engine
 from perfmodel.errors import InfeasibleError, SpecError
-from perfmodel.memory import DEFAULT_MAX_BATCHED_TOKENS, describe_shortfall, memory_fit
+from perfmodel.memory import DEFAULT_MAX_BATCHED_TOKENS, describe_shortfall
 from perfmodel.model import ModelSpec
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
-from perfmodel.step.time import step_time
+from perfmodel.step.instance import Instance
 
 
 @dataclass(frozen=True)
@@ -79,7 +79,8 @@ def offline_throughput(
         if not (isinstance(v, int | np.integer) and v > 0):
             raise SpecError(f"{name} must be a positive integer, got {v!r}")
     s, o = int(input_len), int(output_len)
-    fit = memory_fit(model, device, plan, engine=engine)
+    inst = Instance(model, device, plan, engine=engine)
+    fit = inst.memory_fit()
     if fit.kv_capacity_tokens <= 0:
         raise InfeasibleError(describe_shortfall(fit, model, device, plan.tp))
     B = engine.max_num_batched_tokens if engine else DEFAULT_MAX_BATCHED_TOKENS
@@ -101,7 +102,7 @@ def offline_throughput(
         )
 
     def t(batch: Batch) -> float:
-        return float(step_time(model, device, batch, plan=plan, engine=engine).total_s)
+        return float(inst.iteration_s(batch))
 
     ctx = s + o / 2
     dec = Batch.decode(b, ctx)

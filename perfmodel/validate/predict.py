@@ -10,7 +10,7 @@ How each kind of row is predicted:
   ``batch·osl/e2e`` (total: ``batch·(isl+osl)/e2e``), TTFT = the prefill iteration,
   TPOT = the mean decode iteration;
 * online, open loop (``request_rate_per_s``): ``perfmodel.serving.service.latency`` at that rate
-  (mean and percentile TTFT/TPOT), engine-less only;
+  (mean and percentile TTFT/TPOT) on the instance with the row's engine;
 * closed loop (``concurrency``) and metrics a row's kind cannot give: unrepresentable,
   with the reason.
 
@@ -30,6 +30,7 @@ from hardware.engine import Engine, load_engine
 from perfmodel.errors import PerfModelError, SpecError
 from perfmodel.model import ModelSpec, load_model
 from perfmodel.plan import ParallelPlan
+from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S
 from perfmodel.validate.data import Measurement
 
@@ -115,7 +116,7 @@ def _offline(
         from perfmodel.workload.presets import Workload
 
         sr = queueing.service_rate(
-            model, device, plan, Workload("offline", fixed_lengths(m.isl, m.osl))
+            Instance(model, device, plan), Workload("offline", fixed_lengths(m.isl, m.osl))
         )
         if m.metric == "max_rate_per_s":
             return sr.rate_per_s, {"binding": sr.binding}
@@ -137,13 +138,10 @@ def _static(
 
     assert m.batch_size is not None
     e = estimate(
-        model,
-        device,
-        plan,
+        Instance(model, device, plan, engine=engine),
         batch=m.batch_size,
         input_len=m.isl,
         output_len=m.osl,
-        engine=engine,
     )
     detail = {"fits": e.memory.fits}
     if m.metric in _THROUGHPUT:
@@ -159,14 +157,19 @@ def _static(
 
 
 def _online(
-    m: Measurement, model: ModelSpec, device: Device, plan: ParallelPlan
+    m: Measurement, model: ModelSpec, device: Device, plan: ParallelPlan, engine: Engine | None
 ) -> tuple[float, dict[str, Any]]:
     from perfmodel.serving import service as queueing
     from perfmodel.workload.lengths import fixed_lengths
     from perfmodel.workload.presets import Workload
 
     assert m.request_rate_per_s is not None
-    sr = queueing.service_rate(model, device, plan, Workload("online", fixed_lengths(m.isl, m.osl)))
+    kw = {"max_batched_tokens": engine.max_num_batched_tokens} if engine else {}
+    sr = queueing.service_rate(
+        Instance(model, device, plan, engine=engine),
+        Workload("online", fixed_lengths(m.isl, m.osl)),
+        **kw,
+    )
     lat = queueing.latency(sr, m.request_rate_per_s)
     if not lat.stable:
         raise SpecError(
@@ -207,9 +210,7 @@ def predict_row(m: Measurement, *, engine: str | Engine | None = None) -> RowRes
         plan = plan_for(m, device)
         model.check_tp(plan.tp)
         if m.request_rate_per_s is not None:
-            if eng is not None:
-                return _unrep(m, "online latency takes no engine yet (queueing model)", used)
-            value, detail = _online(m, model, device, plan)
+            value, detail = _online(m, model, device, plan, eng)
         elif m.batch_size is not None:
             value, detail = _static(m, model, device, plan, eng)
         elif m.metric in (*_THROUGHPUT, "max_rate_per_s"):
