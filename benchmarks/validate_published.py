@@ -8,8 +8,9 @@ file, ``trtllm@0.13``+ -> ``trtllm``, ``vllm``) and, unless ``--no-baseline``, w
 engine-less model, and prints for every acceptance group: rows, median |error|, signed
 median and p90 (errors are ``predicted/measured − 1``; + = optimistic for a throughput,
 too slow for a latency). The shipped engines were fitted on these rows: the in-sample
-tables here are therefore paired with the held-out (leave-one-model-out and
-leave-one-device-out) errors stored in each engine file's provenance.
+tables here are therefore followed by the held-out errors stored in each engine file's
+provenance by ``perfmodel calibrate`` (leave-one-model-out and leave-one-device-out over
+the engine's rows, and leave-one-model-out per acceptance group).
 """
 
 from __future__ import annotations
@@ -152,6 +153,15 @@ def main() -> int:
                 )
         if not prov:
             print(f"{e.id:12s} not calibrated (start values)")
+    print("\n== leave-one-model-out by acceptance group (each engine refitted without the model)")
+    for name in ("trtllm@0.5", "trtllm", "vllm"):
+        e = load_engine(name)
+        for group, s in e.provenance.get("leave_one_model_out_by_group", {}).items():
+            med, sig = s["median_abs_error_pct"], s["signed_median_error_pct"]
+            print(
+                f"{e.id:12s} {group:34s} n={s['rows']:4d} median {med:5.1f}% "
+                f"signed {sig:+6.1f}% p90 {s['p90_abs_error_pct']:5.1f}%"
+            )
     return 0
 
 

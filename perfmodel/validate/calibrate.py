@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ from perfmodel.errors import SpecError
 from perfmodel.units import S_PER_MS, S_PER_US
 from perfmodel.validate.data import Measurement
 from perfmodel.validate.predict import RowResult, _device, plan_for, predict_row
-from perfmodel.validate.summary import ErrorStats, error_stats
+from perfmodel.validate.summary import ErrorStats, acceptance_summary, error_stats
 
 EFF_BOUNDS = (0.03, 0.95)  # no kernel streams or computes at 100 % of peak
 OVERHEAD_MS_BOUNDS = (0.0, 30.0)
@@ -62,6 +62,7 @@ class Calibration:
     leave_one_device_out: ErrorStats
     folds: dict[str, dict[str, float]]  # held-out group -> its fold's fitted params
     rows: int
+    lomo_groups: dict[str, ErrorStats] = field(default_factory=dict)  # acceptance groups
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -72,6 +73,7 @@ class Calibration:
             "leave_one_model_out": self.leave_one_model_out.to_dict(),
             "leave_one_device_out": self.leave_one_device_out.to_dict(),
             "param_spread_over_folds": spread(self.folds),
+            "leave_one_model_out_by_group": {k: v.to_dict() for k, v in self.lomo_groups.items()},
         }
 
 
@@ -269,6 +271,7 @@ def calibrate(
             **{f"device:{k}": v for k, v in folds_d.items()},
         },
         rows=len(rows),
+        lomo_groups=acceptance_summary(lomo_res),
     )
 
 
