@@ -347,7 +347,7 @@ def _hit_curves(spec: Any) -> list[Any]:
             )
         )
     if spec.adapters:
-        from perfmodel.cache.hitrate import zipf_popularity
+        from perfmodel.workload.popularity import zipf_popularity
 
         p = zipf_popularity(spec.adapters, spec.adapter_zipf)
         sizes = np.unique(np.geomspace(1, spec.adapters, 30).round())

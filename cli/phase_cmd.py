@@ -88,11 +88,11 @@ def stability_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Arrival rate × mean output length and × KV capacity: regimes, boundary, simulation."""
-    from reports.stability_plot import (
+    from reports.stability_plot import stability_html
+    from reports.stability_sweep import (
         DEFAULT_KV_POINTS,
         DEFAULT_OUTPUT_SCALES,
         DEFAULT_SIM_LOADS,
-        stability_html,
         stability_phase,
         sweep_steps,
     )
