@@ -16,12 +16,14 @@ the engine's rows, and leave-one-model-out per acceptance group).
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from hardware.engine import load_engine
+from perfmodel.errors import SpecError
 from perfmodel.validate.convert import convert_published, write_long_csv
 from perfmodel.validate.data import read_measurements
 from perfmodel.validate.predict import BASELINE, RowResult, predict_rows
@@ -123,7 +125,11 @@ def main() -> int:
     )
     ap.add_argument("--no-baseline", action="store_true")
     a = ap.parse_args()
-    conv = convert_published(a.src)
+    try:
+        conv = convert_published(a.src)
+    except SpecError as e:
+        print(f"error: {e} (pass --src)", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "published.csv"
         write_long_csv(conv.rows, path)
