@@ -127,8 +127,8 @@ def main() -> int:
     a = ap.parse_args()
     try:
         conv = convert_published(a.src)
-    except SpecError as e:
-        print(f"error: {e} (pass --src)", file=sys.stderr)
+    except SpecError as err:
+        print(f"error: {err} (pass --src)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "published.csv"

@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
 from cli.options import DEFAULT_HARDWARE, DEFAULT_MODEL
-from hardware.device import Device, load_device
-from hardware.engine import Engine
-from perfmodel.estimate import Estimate, estimate
-from perfmodel.memory import describe_shortfall
-from perfmodel.model import ModelSpec, load_model
-from perfmodel.plan import ParallelPlan
-from perfmodel.step.instance import Instance
-from perfmodel.step.time import StepTime
 from perfmodel.units import GiB, ms
+
+if TYPE_CHECKING:  # the library imports numpy: loaded when the command runs
+    from perfmodel.estimate import Estimate
+    from perfmodel.step.instance import Instance
+    from perfmodel.step.time import StepTime
 
 
 def _breakdown(step: StepTime) -> list[dict[str, object]]:
@@ -79,18 +76,10 @@ def _positive(name: str, v: int) -> None:
         raise fail(f"{name} must be a positive integer, got {v}")
 
 
-def _offline(
-    m: ModelSpec,
-    d: Device,
-    plan: ParallelPlan,
-    eng: Engine | None,
-    label: str,
-    input_len: int,
-    output_len: int,
-    json_out: bool,
-) -> None:
+def _offline(inst: Instance, label: str, input_len: int, output_len: int, json_out: bool) -> None:
     from perfmodel.serving.offline import offline_throughput
 
+    m, d, plan, eng = inst.model, inst.device, inst.plan, inst.engine
     r = offline_throughput(m, d, plan, input_len=input_len, output_len=output_len, engine=eng)
     if json_out:
         echo_json(
@@ -100,6 +89,7 @@ def _offline(
                 "tp": plan.tp,
                 "pp": plan.pp,
                 "engine": eng.id if eng else None,
+                "engine_accuracy": label,
                 "offline": r.to_dict(),
             }
         )
@@ -151,6 +141,13 @@ def estimate_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Estimate TTFT, TPOT, throughput and memory fit for one static batch."""
+    from hardware.device import load_device
+    from perfmodel.estimate import estimate
+    from perfmodel.memory import describe_shortfall
+    from perfmodel.model import load_model
+    from perfmodel.plan import ParallelPlan
+    from perfmodel.step.instance import Instance
+
     for name, v in (
         ("--tp", tp),
         ("--pp", pp),
@@ -172,19 +169,13 @@ def estimate_cmd(
         if eng
         else "none (engine-less roofline: 25-110 % optimistic against published engines)"
     )
-    if offline:
-        _offline(m, d, plan, eng, label, input_len, output_len, json_out)
-        return
     inst = Instance(m, d, plan, engine=eng)
+    if offline:
+        _offline(inst, label, input_len, output_len, json_out)
+        return
     e = estimate(inst, batch=batch, input_len=input_len, output_len=output_len)
     if json_out:
-        echo_json(
-            {
-                **estimate_dict(e),
-                "engine": eng.id if eng else None,
-                "engine_accuracy": label,
-            }
-        )
+        echo_json({**estimate_dict(e), "engine": eng.id if eng else None, "engine_accuracy": label})
         return
     typer.echo(f"engine: {label}")
     f = e.memory

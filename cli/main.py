@@ -7,14 +7,17 @@ import typer
 from cli import (
     cache_cmd,
     capacity_cmd,
+    claims_cmd,
     dispatch_cmd,
     estimate_cmd,
     hardware_cmd,
     model_cmd,
     pd_cmd,
     phase_cmd,
+    plan_cmd,
     predict_cmd,
     profile_cmd,
+    sweep_cmd,
     validate_cmd,
 )
 
@@ -25,6 +28,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
+app.command("plan")(plan_cmd.plan_cmd)
 app.add_typer(hardware_cmd.app, name="hardware")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(predict_cmd.app, name="predict")
@@ -36,6 +40,8 @@ app.command("capacity")(capacity_cmd.capacity_cmd)
 app.command("simulate")(capacity_cmd.simulate_cmd)
 app.add_typer(pd_cmd.app, name="pd")
 app.add_typer(phase_cmd.app, name="phase")
+app.command("sweep")(sweep_cmd.sweep_cmd)
+app.add_typer(claims_cmd.app, name="claims")
 app.command("validate")(validate_cmd.validate_cmd)
 app.command("calibrate")(validate_cmd.calibrate_cmd)
 
