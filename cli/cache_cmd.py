@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from cli import options as po
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
 from cli.options import (
     DEFAULT_MODEL,
@@ -95,13 +96,16 @@ def _spec(
     kv_levels: Levels,
     expert_levels: Levels,
     adapter_levels: Levels,
+    dtype: str | None = None,
+    act_dtype: str | None = None,
+    kv_dtype: str | None = None,
 ) -> Any:
+    from cli.plan_options import build_plan
     from hardware.device import load_device
     from perfmodel.cache.hitrate import activation_from_counts
     from perfmodel.cache.paging import SOURCES, nvme_link
     from perfmodel.model import load_model
     from perfmodel.moe.routing import load_counts_csv
-    from perfmodel.plan import ParallelPlan
     from perfmodel.units import GIGA, GiB, from_ms
     from perfmodel.workload.presets import Workload, preset
     from perfmodel.workload.slo import SLO
@@ -128,7 +132,7 @@ def _spec(
     return CacheBudgetSpec(
         model=m,
         device=d,
-        plan=ParallelPlan(tp=tp),
+        plan=build_plan(m, d, tp=tp, dtype=dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)[0],
         workload=wl,
         rate_per_s=rate_per_s,
         slo=SLO(from_ms(ttft_slo_ms), from_ms(tpot_slo_ms), slo_percentile, goal),
@@ -242,6 +246,9 @@ def plan_cmd(
         ),
     ] = None,
     force: ForceOpt = False,
+    dtype: po.DtypeOpt = None,
+    act_dtype: po.ActDtypeOpt = None,
+    kv_dtype: po.KvDtypeOpt = None,
     json_out: bool = JsonOpt,
 ) -> None:
     """Choose the KV / expert-cache / adapter split that serves the rate best."""
@@ -277,6 +284,9 @@ def plan_cmd(
         kv_levels=kv_levels,
         expert_levels=expert_levels,
         adapter_levels=adapter_levels,
+        dtype=dtype,
+        act_dtype=act_dtype,
+        kv_dtype=kv_dtype,
     )
     plan = _plan(spec)
     d = plan_dict(plan)

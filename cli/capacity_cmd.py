@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
+from cli import options as po
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
 from cli.options import (
     DEFAULT_GOAL,
@@ -36,6 +37,7 @@ from cli.options import (
     build_slo,
     build_workload,
 )
+from cli.plan_options import plan_label
 from perfmodel.units import MS_PER_S
 
 
@@ -61,14 +63,34 @@ def capacity_cmd(
     kv_capacity_tokens: KvCapacityOpt = None,
     max_batched_tokens: MaxBatchedTokensOpt = DEFAULT_MAX_BATCHED_TOKENS,
     chunk_size: ChunkSizeOpt = None,
+    dtype: po.DtypeOpt = None,
+    act_dtype: po.ActDtypeOpt = None,
+    kv_dtype: po.KvDtypeOpt = None,
+    expert_dtype: po.ExpertDtypeOpt = None,
+    attn_dtype: po.AttnDtypeOpt = None,
+    ep: po.EpOpt = 1,
+    dp: po.DpOpt = 1,
+    trace_model: po.TraceModelOpt = None,
     json_out: bool = JsonOpt,
 ) -> None:
     """Service rate μ and its binding bound, stability, latency, goodput, instances needed."""
     from perfmodel.serving.capacity import capacity
 
     rep = capacity(
-        build_instance(model, hardware, tp, pp),
-        build_workload(workload, trace, arrival_cv),
+        build_instance(
+            model,
+            hardware,
+            tp,
+            pp,
+            dtype=dtype,
+            act_dtype=act_dtype,
+            kv_dtype=kv_dtype,
+            expert_dtype=expert_dtype,
+            attn_dtype=attn_dtype,
+            ep=ep,
+            dp=dp,
+        ),
+        build_workload(workload, trace, arrival_cv, trace_model),
         build_slo(ttft_slo_ms, tpot_slo_ms, slo_percentile, goal),
         rate_per_s=rate_per_s,
         target_utilization=target_utilization,
@@ -89,6 +111,8 @@ def _render_capacity(rep: Any) -> None:
     )  # fmt: skip
     tp, pp, slo = plan.tp, plan.pp, rep.slo
     where = f"{plan.tp}x {d.id}" if plan.pp == 1 else f"{plan.devices}x {d.id} (TP{tp} x PP{pp})"
+    if plan.dp > 1 or plan.ep > 1:
+        where = plan_label(plan, d.id)
     typer.echo(
         f"{m.id} on {where}, workload {w.name} (mean {sr.moments.input_tokens:.0f} in / "
         f"{sr.moments.decode_steps + 1:.0f} out), budget {sr.max_batched_tokens} tokens, "
@@ -156,6 +180,14 @@ def simulate_cmd(
     kv_capacity_tokens: KvCapacityOpt = None,
     max_batched_tokens: MaxBatchedTokensOpt = DEFAULT_MAX_BATCHED_TOKENS,
     chunk_size: ChunkSizeOpt = None,
+    dtype: po.DtypeOpt = None,
+    act_dtype: po.ActDtypeOpt = None,
+    kv_dtype: po.KvDtypeOpt = None,
+    expert_dtype: po.ExpertDtypeOpt = None,
+    attn_dtype: po.AttnDtypeOpt = None,
+    ep: po.EpOpt = 1,
+    dp: po.DpOpt = 1,
+    trace_model: po.TraceModelOpt = None,
     json_out: bool = JsonOpt,
 ) -> None:
     """Discrete-event simulation: TTFT/TPOT/E2E distributions, throughput, queue growth."""
@@ -164,9 +196,21 @@ def simulate_cmd(
 
     if requests < 1:
         raise fail(f"--requests must be >= 1, got {requests}")
-    inst = build_instance(model, hardware, tp, pp)
+    inst = build_instance(
+        model,
+        hardware,
+        tp,
+        pp,
+        dtype=dtype,
+        act_dtype=act_dtype,
+        kv_dtype=kv_dtype,
+        expert_dtype=expert_dtype,
+        attn_dtype=attn_dtype,
+        ep=ep,
+        dp=dp,
+    )
     m, d, plan = inst.model, inst.device, inst.plan
-    w = build_workload(workload, trace, arrival_cv)
+    w = build_workload(workload, trace, arrival_cv, trace_model)
     sr = q.service_rate(
         inst,
         w,

@@ -6,13 +6,17 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from cli import options as po
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
 from cli.options import DEFAULT_HARDWARE, DEFAULT_MODEL
+from cli.plan_options import build_plan, plan_label
 from perfmodel.units import GiB, ms
 
 if TYPE_CHECKING:  # the library imports numpy: loaded when the command runs
+    from hardware.device import Device
     from perfmodel.estimate import Estimate
     from perfmodel.step.instance import Instance
+    from perfmodel.plan import ParallelPlan
     from perfmodel.step.time import StepTime
 
 
@@ -71,6 +75,14 @@ def estimate_dict(e: Estimate) -> dict[str, object]:
     }
 
 
+def _link_notes(plan: ParallelPlan, d: Device) -> list[str]:
+    """Which link the collectives of the plan use (FPGAs: a NIC or host PCIe)."""
+    from hardware.comm import link_summary
+
+    pairs = (("TP all-reduce", plan.tp), ("EP all-to-all", plan.ep))
+    return [f"{what} over {link_summary(d, g)}" for what, g in pairs if g > 1]
+
+
 def _positive(name: str, v: int) -> None:
     if v <= 0:
         raise fail(f"{name} must be a positive integer, got {v}")
@@ -121,9 +133,13 @@ def estimate_cmd(
     batch: Annotated[int, typer.Option(help="Concurrent requests in the batch.")] = 64,
     input_len: Annotated[int, typer.Option(help="Prompt tokens per request.")] = 1024,
     output_len: Annotated[int, typer.Option(help="Generated tokens per request.")] = 128,
-    dtype: Annotated[str, typer.Option(help="Weight dtype (bf16, fp8, int8, int4).")] = "bf16",
-    act_dtype: Annotated[str, typer.Option(help="Math/activation dtype.")] = "bf16",
-    kv_dtype: Annotated[str, typer.Option(help="KV-cache dtype.")] = "bf16",
+    dtype: po.DtypeOpt = None,
+    act_dtype: po.ActDtypeOpt = None,
+    kv_dtype: po.KvDtypeOpt = None,
+    expert_dtype: po.ExpertDtypeOpt = None,
+    attn_dtype: po.AttnDtypeOpt = None,
+    ep: po.EpOpt = 1,
+    dp: po.DpOpt = 1,
     engine: Annotated[
         str | None,
         typer.Option(
@@ -145,7 +161,6 @@ def estimate_cmd(
     from perfmodel.estimate import estimate
     from perfmodel.memory import describe_shortfall
     from perfmodel.model import load_model
-    from perfmodel.plan import ParallelPlan
     from perfmodel.step.instance import Instance
 
     for name, v in (
@@ -154,11 +169,16 @@ def estimate_cmd(
         ("--batch", batch),
         ("--input-len", input_len),
         ("--output-len", output_len),
+        ("--ep", ep),
+        ("--dp", dp),
     ):
         _positive(name, v)
     m = load_model(model)
     d = load_device(hardware)
-    plan = ParallelPlan(tp=tp, weight_dtype=dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, pp=pp)
+    plan, prec = build_plan(
+        m, d, tp=tp, pp=pp, ep=ep, dp=dp, dtype=dtype, act_dtype=act_dtype,
+        kv_dtype=kv_dtype, expert_dtype=expert_dtype, attn_dtype=attn_dtype,
+    )  # fmt: skip
     eng = None
     if engine is not None:
         from hardware.engine import load_engine
@@ -175,15 +195,28 @@ def estimate_cmd(
         return
     e = estimate(inst, batch=batch, input_len=input_len, output_len=output_len)
     if json_out:
-        echo_json({**estimate_dict(e), "engine": eng.id if eng else None, "engine_accuracy": label})
+        extra = {"precision": prec.to_dict(), "ep": plan.ep, "dp": plan.dp}
+        echo_json(
+            {
+                **estimate_dict(e),
+                **extra,
+                "warnings": list(m.warnings),
+                "engine": eng.id if eng else None,
+                "engine_accuracy": label,
+            }
+        )
         return
     typer.echo(f"engine: {label}")
     f = e.memory
     where = f"{tp}x {d.id}" if pp == 1 else f"{plan.devices}x {d.id} (TP{tp} x PP{pp})"
+    if plan.dp > 1 or plan.ep > 1:
+        where = plan_label(plan, d.id)
     typer.echo(
-        f"{m.id} on {where} (weights {plan.weight_dtype}, math {plan.act_dtype}, "
+        f"{m.id} on {where} (weights {plan.weights.describe()}, math {plan.act_dtype}, "
         f"KV {plan.kv_dtype}); batch {batch}, {input_len} in / {output_len} out"
     )
+    for note in (*prec.notes, *m.warnings, *_link_notes(plan, d)):
+        typer.echo(f"  note: {note}")
     if pp > 1:
         typer.echo(
             f"  pipeline: {pp} stages of {tp} devices; {pp} virtual engines of up to "

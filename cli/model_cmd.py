@@ -40,7 +40,26 @@ def model_dict(m: ModelSpec) -> dict[str, object]:
         "weight_bytes": {d: m.weight_bytes(d) for d in ("bf16", "fp8", "int4")},
         "kv_bytes_per_token": {d: m.kv_bytes_per_token(d) for d in ("bf16", "fp8")},
         "published_params": m.published_params,
+        "layer_mix": _layer_mix(m),
+        "kv_bytes_per_sequence_bf16": {
+            str(n): m.kv_bytes_per_sequence(n, "bf16") for n in (1024, 8192, 131072)
+        },
+        "state_bytes_per_sequence_bf16": m.state_bytes_per_sequence("bf16"),
+        "mtp_layers": m.mtp_layers,
+        "mtp_params": m.mtp_params,
+        "sparse_attention_top_k": m.sparse_attn.top_k if m.sparse_attn else None,
+        "quantization": None if m.quantization is None else m.quantization.describe(),
+        "warnings": list(m.warnings),
     }
+
+
+def _layer_mix(m: ModelSpec) -> dict[str, int]:
+    """Layers by (mixer, MLP) kind, e.g. ``{'linear+moe': 36, 'full+moe': 12}``."""
+    out: dict[str, int] = {}
+    for ls in m.layer_plan:
+        kind = ls.mixer + (f"{ls.window}" if ls.bounded else "") + "+" + ls.mlp
+        out[kind] = out.get(kind, 0) + 1
+    return out
 
 
 @app.command("list")
@@ -99,4 +118,29 @@ def show_cmd(
     typer.echo(
         f"KV cache per token: {m.kv_bytes_per_token('bf16'):,.0f} B (bf16), "
         f"{m.kv_bytes_per_token('fp8'):,.0f} B (fp8)"
+        + (" on the layers whose cache grows with the context" if m.layer_specs else "")
     )
+    if m.layer_specs:
+        mix = ", ".join(f"{n} {k}" for k, n in _layer_mix(m).items())
+        typer.echo(f"layers: {mix}")
+        per_seq = ", ".join(
+            f"{n:,} tokens {m.kv_bytes_per_sequence(n) / GiB:.3f} GiB" for n in (8192, 131072)
+        )
+        typer.echo(f"cache per sequence (bf16, windows and recurrent state included): {per_seq}")
+    if m.linear_attn:
+        typer.echo(
+            f"recurrent state per sequence: {m.state_bytes_per_sequence('bf16'):,.0f} B "
+            f"({m.linear_attn.kind}; read and written every step)"
+        )
+    if m.sparse_attn:
+        typer.echo(f"sparse attention: each query attends {m.sparse_attn.top_k} selected tokens")
+    if m.mtp_layers:
+        typer.echo(
+            f"MTP: {m.mtp_layers} module(s), {m.mtp_params / GIGA:.2f} B parameters in the "
+            "checkpoint (not in the serving memory unless speculative decoding is modeled: "
+            "it is not)"
+        )
+    if m.quantization:
+        typer.echo(f"checkpoint quantization: {m.quantization.describe()}")
+    for w in m.warnings:
+        typer.echo(f"warning: {w}")

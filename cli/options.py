@@ -38,14 +38,41 @@ TpOpt = Annotated[int, typer.Option(help="Tensor-parallel degree of one instance
 PpOpt = Annotated[
     int, typer.Option(help="Pipeline-parallel stages of one instance (devices = tp x pp).")
 ]
-DtypeOpt = Annotated[str, typer.Option(help="Weight dtype (bf16, fp16, fp8, int8, int4).")]
-ActDtypeOpt = Annotated[str, typer.Option(help="Math/activation dtype.")]
-KvDtypeOpt = Annotated[str, typer.Option(help="KV-cache dtype.")]
+DtypeOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype",
+        help="Weight dtype of every module (bf16 fp16 fp8 int8 int4 nvfp4 mxfp4); "
+        "default: the checkpoint's quantization_config, else bf16.",
+    ),
+]
+ActDtypeOpt = Annotated[
+    str | None,
+    typer.Option(help="Math/activation dtype (default: the checkpoint's, if the device has it)."),
+]
+KvDtypeOpt = Annotated[str | None, typer.Option(help="KV-cache dtype (default bf16).")]
+ExpertDtypeOpt = Annotated[
+    str | None, typer.Option(help="Routed-expert weight dtype (overrides --dtype for experts).")
+]
+AttnDtypeOpt = Annotated[
+    str | None, typer.Option(help="Attention weight dtype (overrides --dtype for attention).")
+]
+EpOpt = Annotated[
+    int,
+    typer.Option(help="Expert parallelism: routed experts split over ep of the tp x dp devices."),
+]
+DpOpt = Annotated[
+    int,
+    typer.Option(help="Attention data parallelism: dp replicas of tp devices (tp x dp x pp)."),
+]
+TraceModelOpt = Annotated[
+    str | None, typer.Option(help="BurstGPT: keep the rows of this Model (ChatGPT, GPT-4).")
+]
 WorkloadOpt = Annotated[str, typer.Option(help="Built-in workload: chat or code.")]
 TraceOpt = Annotated[
     Path | None,
-    typer.Option(help="Trace CSV (Azure or input_tokens,output_tokens[,arrival_s]); "
-                 "overrides --workload."),
+    typer.Option(help="Trace CSV (Azure, BurstGPT, or input_tokens,output_tokens"
+                 "[,arrival_s]); overrides --workload."),
 ]  # fmt: skip
 RateOpt = Annotated[float, typer.Option(help="Arrival rate, requests/s.")]
 OptionalRateOpt = Annotated[
@@ -78,32 +105,46 @@ PER_COMMAND_DEFAULTS = {
 
 
 def build_instance(
-    model: str, hardware: str, tp: int = 1, pp: int = 1, *, dtype: str = "bf16",
+    model: str, hardware: str, tp: int = 1, pp: int = 1, *, dtype: str | None = None,
     act_dtype: str | None = None, kv_dtype: str | None = None,
+    expert_dtype: str | None = None, attn_dtype: str | None = None, ep: int = 1, dp: int = 1,
 ) -> Instance:  # fmt: skip
-    """The instance the options describe (model and device by id or file)."""
+    """The instance the options describe (model and device by id or file); the formats
+    follow ``perfmodel.plan.resolve_precision``, whose notes go to stderr."""
+    from cli.plan_options import build_plan
     from hardware.device import load_device
     from perfmodel.errors import SpecError
     from perfmodel.model import load_model
-    from perfmodel.plan import ParallelPlan, check_pp
+    from perfmodel.plan import check_pp
     from perfmodel.step.instance import Instance
 
-    for name, v in (("--tp", tp), ("--pp", pp)):
+    for name, v in (("--tp", tp), ("--pp", pp), ("--ep", ep), ("--dp", dp)):
         if v < 1:
             raise SpecError(f"{name} must be a positive integer, got {v}")
     m = load_model(model)
     check_pp(m, pp)
-    plan = ParallelPlan(tp, dtype, act_dtype or dtype, kv_dtype or act_dtype or dtype, pp=pp)
-    return Instance(m, load_device(hardware), plan)
+    d = load_device(hardware)
+    plan, prec = build_plan(
+        m, d, tp=tp, pp=pp, ep=ep, dp=dp, dtype=dtype, act_dtype=act_dtype,
+        kv_dtype=kv_dtype, expert_dtype=expert_dtype, attn_dtype=attn_dtype,
+    )  # fmt: skip
+    for note in (*prec.notes, *m.warnings):
+        typer.echo(f"note: {note}", err=True)
+    return Instance(m, d, plan)
 
 
-def build_workload(workload: str, trace: Path | None, arrival_cv: float = 1.0) -> Workload:
+def build_workload(
+    workload: str, trace: Path | None, arrival_cv: float = 1.0, trace_model: str | None = None
+) -> Workload:
+    from perfmodel.errors import SpecError
     from perfmodel.workload.presets import Workload, preset
     from perfmodel.workload.trace import load_trace
 
-    return (
-        Workload.from_trace(load_trace(trace)) if trace else preset(workload, arrival_cv=arrival_cv)
-    )
+    if trace_model is not None and trace is None:
+        raise SpecError("--trace-model needs --trace")
+    if trace:
+        return Workload.from_trace(load_trace(trace, model=trace_model))
+    return preset(workload, arrival_cv=arrival_cv)
 
 
 def build_slo(ttft_slo_ms: float, tpot_slo_ms: float, slo_percentile: float, goal: float) -> SLO:

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
+from cli import options as po
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
 from cli.options import (
     DEFAULT_MODEL,
@@ -197,6 +198,8 @@ def plan_cmd(
     prefill_profile: PrefillProfOpt = None,
     decode_profile: DecodeProfOpt = None,
     decode_kv_capacity_tokens: KvCapOpt = None,
+    ep: po.EpOpt = 1,
+    dp: po.DpOpt = 1,
     json_out: bool = JsonOpt,
 ) -> None:
     """Least-cost prefill/decode plan for a rate under TTFT and TPOT SLOs."""
@@ -240,6 +243,8 @@ def plan_cmd(
         baseline=baseline,
         profiles=profiles,
         kv_capacity_tokens=_kv_capacities(decode_kv_capacity_tokens, ddev.id),
+        ep=ep,
+        dp=dp,
     )
     if json_out:
         echo_json(p.to_dict())

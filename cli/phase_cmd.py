@@ -8,6 +8,7 @@ from typing import Annotated
 
 import typer
 
+from cli import options as po
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
 from cli.options import (
     DEFAULT_GOAL,
@@ -85,6 +86,9 @@ def stability_cmd(
     ] = 2000,
     seed: SeedOpt = 0,
     force: ForceOpt = False,
+    dtype: po.DtypeOpt = None,
+    act_dtype: po.ActDtypeOpt = None,
+    kv_dtype: po.KvDtypeOpt = None,
     json_out: bool = JsonOpt,
 ) -> None:
     """Arrival rate × mean output length and × KV capacity: regimes, boundary, simulation."""
@@ -111,7 +115,7 @@ def stability_cmd(
     outs = _numbers(output_tokens, "--output-tokens")
     kvs = _numbers(kv_grid_tokens, "--kv-grid-tokens")
     slo = build_slo(ttft_slo_ms, tpot_slo_ms, slo_percentile, goal)
-    inst = build_instance(model, hardware, tp)
+    inst = build_instance(model, hardware, tp, dtype=dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)
     m, d, plan = inst.model, inst.device, inst.plan
     w = build_workload(workload, trace, arrival_cv)
     steps = sweep_steps(

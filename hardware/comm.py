@@ -107,6 +107,7 @@ from hardware.device import Device, Link
 from hardware.roofline import DEFAULT_OVERHEAD_S
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
+from perfmodel.units import GIGA
 
 Collective = Literal["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "p2p"]
 _PHASES = {"all_reduce": 2, "all_gather": 1, "reduce_scatter": 1, "all_to_all": 1, "p2p": 1}
@@ -333,3 +334,9 @@ def link_for_group(device: Device, group: int, *, node_size: int | None = None) 
     if su.topology != "none" and su.bw_per_direction_bytes_per_s > 0 and in_node:
         return su
     return device.scale_out if device.scale_out is not None else device.host_link
+
+
+def link_summary(device: Device, group: int) -> str:
+    """``name (X GB/s per direction)`` of the link a group of ``group`` devices uses."""
+    link = link_for_group(device, group)
+    return f"{link.name} ({link.bw_per_direction_bytes_per_s / GIGA:g} GB/s per direction)"

@@ -13,6 +13,7 @@ File format (all numbers SI: bytes, B/s, FLOP/s, s, W; a comment gives the human
     price_per_hour_usd = 3.99   # optional: on-demand $/h of one device (source in sources)
     sources = ["...", ...]
     notes = "..."
+    pads_gemm_rows = true       # optional: GEMM row tiles; default false for kind "fpga"
 
     [compute]                   # dense peak (no 2:4 sparsity), FLOP/s or OP/s
     bf16 = 989.4e12             # keys: fp32 tf32 bf16 fp16 fp8 int8 int4 (only those that exist)
@@ -125,6 +126,9 @@ class Device:
     price_per_hour_usd: float | None = None
     sources: tuple[str, ...] = ()
     notes: str = ""
+    #: GEMMs run in fixed row tiles (16-128 rows on GPUs/NPUs: small batches pay for the
+    #: padding); FPGA dataflow engines stream rows and do not (``pads_gemm_rows = false``)
+    pads_gemm_rows: bool = True
     path: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -162,9 +166,14 @@ class Device:
                 f"device {self.id!r} has no {key} math (it has: {have}); choose another dtype"
             ) from None
 
-    def has_math(self, dtype: str) -> bool:
-        """Whether the device has a dense peak for math in ``dtype``."""
+    def computes(self, dtype: str) -> bool:
+        """Whether the device has native math (a listed peak) in ``dtype``."""
         return get_dtype(dtype).compute_key in self.peak_flops_per_s
+
+    @property
+    def native_dtypes(self) -> tuple[str, ...]:
+        """Formats the device computes in natively (its ``[compute]`` keys)."""
+        return tuple(sorted(self.peak_flops_per_s))
 
     def ridge_flop_per_byte(self, dtype: str) -> float:
         """Roofline ridge point: peak FLOP/s / HBM B/s."""
@@ -252,6 +261,7 @@ def device_from_dict(data: dict[str, Any], *, path: str = "") -> Device:
         ),
         sources=tuple(str(s) for s in data.get("sources", ())),
         notes=str(data.get("notes", "")),
+        pads_gemm_rows=_bool(data, "pads_gemm_rows", where, data.get("kind", "gpu") != "fpga"),
         path=path,
     )
 

@@ -1,8 +1,13 @@
-"""Numeric formats: bytes per element as a float (int4 is 0.5, not 4 // 8)."""
+"""Numeric formats: bytes per element as a float (int4 is 0.5, not 4 // 8).
+
+Block-scaled 4-bit floats carry their scales in ``bytes``: NVFP4 is E2M1 with one E4M3
+scale per 16 elements (0.5 + 1/16 B), MXFP4 (OCP microscaling) E2M1 with one E8M0
+scale per 32 (0.5 + 1/32 B); both compute at the device's ``fp4`` peak.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from perfmodel.errors import SpecError
 
@@ -26,6 +31,9 @@ _DTYPES: dict[str, DType] = {
         DType("fp8", 1.0, "fp8"),
         DType("int8", 1.0, "int8"),
         DType("int4", 0.5, "int4"),
+        DType("fp4", 0.5, "fp4"),
+        DType("nvfp4", 0.5 + 1 / 16, "fp4"),
+        DType("mxfp4", 0.5 + 1 / 32, "fp4"),
     )
 }
 
@@ -38,6 +46,8 @@ _ALIASES = {
     "e4m3": "fp8",
     "float8": "fp8",
     "fp8_e4m3": "fp8",
+    "float8_e4m3fn": "fp8",
+    "e2m1": "fp4",
 }
 
 DTYPE_NAMES: tuple[str, ...] = tuple(_DTYPES)
@@ -52,3 +62,42 @@ def get_dtype(name: str | DType) -> DType:
         return _DTYPES[key]
     except KeyError:
         raise SpecError(f"unknown dtype {name!r}; valid: {', '.join(DTYPE_NAMES)}") from None
+
+
+MODULES: tuple[str, ...] = ("attention", "dense_mlp", "shared_experts", "routed_experts")
+
+
+@dataclass(frozen=True)
+class ModuleDTypes:
+    """Weight formats per module kind (embedding and LM head follow ``attention``)."""
+
+    attention: str = "bf16"
+    dense_mlp: str = "bf16"
+    shared_experts: str = "bf16"
+    routed_experts: str = "bf16"
+    embedding: str = ""  # embedding and LM head; "" = as ``attention``
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v or f.name != "embedding":
+                object.__setattr__(self, f.name, get_dtype(v).name)
+
+    @staticmethod
+    def uniform(dtype: str) -> ModuleDTypes:
+        d = get_dtype(dtype).name
+        return ModuleDTypes(d, d, d, d)
+
+    def bytes_of(self, module: str) -> float:
+        """Bytes per weight of ``module`` (a ``MODULES`` name, ``embedding`` or ``other``)."""
+        name = getattr(self, module) if module in MODULES else self.embedding or self.attention
+        return get_dtype(name).bytes
+
+    @property
+    def is_uniform(self) -> bool:
+        return len({self.attention, self.dense_mlp, self.shared_experts, self.routed_experts}) == 1
+
+    def describe(self) -> str:
+        if self.is_uniform:
+            return self.attention
+        return ", ".join(f"{m} {getattr(self, m)}" for m in MODULES)

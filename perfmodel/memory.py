@@ -19,13 +19,14 @@ the cache by the smallest worker); a :class:`MemoryFit` reports the binding stag
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hardware.device import Device
 from hardware.engine import Engine
+from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
-from perfmodel.model import ModelSpec
-from perfmodel.plan import ParallelPlan, check_pp, stage_layer_counts, stage_params
+from perfmodel.model import LayerSpec, ModelSpec
+from perfmodel.plan import ParallelPlan, stage_models, stage_params
 from perfmodel.units import GiB
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
@@ -39,35 +40,112 @@ def kv_elems_per_token_per_layer_per_device(model: ModelSpec, tp: int) -> float:
     return model.kv_elems_per_token_per_layer() / model.kv_shards(tp)
 
 
+def layer_kv_elems_per_device(model: ModelSpec, layer: LayerSpec, tp: int) -> float:
+    """KV elements one device caches per token of ``layer``: GQA heads split over TP
+    (replicated past ``kv_heads``), the MLA latent replicated."""
+    shards = 1 if model.mla or not layer.kv_heads else min(tp, layer.kv_heads)
+    return model.layer_kv_elems(layer) / shards
+
+
+def _layer_weight_bytes(sub: ModelSpec, plan: ParallelPlan) -> float:
+    """Decoder-layer weights one device holds: each module in its format, routed
+    experts split over ``tp·dp`` devices (EP × expert TP), the rest over ``tp``."""
+    g = sub.param_groups()
+    g["other"] -= sub.hidden  # the final norm goes with the head
+    out = 0.0
+    for k, n in g.items():
+        if k == "embedding":
+            continue
+        shard = plan.tp * plan.dp if k == "routed_experts" else plan.tp
+        out += n * plan.weight_bytes_of(k) / shard
+    return out
+
+
 def stage_weight_bytes(model: ModelSpec, plan: ParallelPlan) -> tuple[float, ...]:
-    """Weights one TP rank of each pipeline stage holds (sharded ``tp`` ways)."""
-    return tuple(p * plan.weight_bytes / plan.tp for p in stage_params(model, plan.pp))
+    """Weights one device of each pipeline stage holds (formats per module)."""
+    subs = stage_models(model, plan.pp) if plan.pp > 1 else (model,)
+    counts = stage_params(model, plan.pp)
+    out = []
+    for sub, n in zip(subs, counts, strict=True):
+        layers = sub.params - sub.embedding_params() - sub.hidden
+        head = (n - layers) * plan.weight_bytes_of("embedding") / plan.tp
+        out.append(_layer_weight_bytes(sub, plan) + head)
+    return tuple(out)
 
 
 def weight_bytes_per_device(model: ModelSpec, plan: ParallelPlan) -> float:
-    """Weights one TP rank holds: everything sharded ``tp`` ways (norms are negligible).
-
-    With ``pp > 1``: the heaviest stage's.
-    """
-    if plan.pp == 1:
-        return model.params * plan.weight_bytes / plan.tp
+    """Weights one device holds: sharded ``tp`` ways (routed experts ``tp·dp``; norms
+    are negligible). With ``pp > 1``: the heaviest stage's."""
     return max(stage_weight_bytes(model, plan))
 
 
-def stage_kv_bytes_per_token(model: ModelSpec, plan: ParallelPlan) -> tuple[float, ...]:
-    """KV bytes one device of each pipeline stage stores per token (its layers only)."""
-    elems = kv_elems_per_token_per_layer_per_device(model, plan.tp)
+@dataclass(frozen=True)
+class KVLayout:
+    """What one device caches for a sequence, by how it grows (one pipeline stage).
+
+    ``per_token_bytes`` grows with every token (full attention); each ``bounded`` entry
+    ``(bytes_per_token, window)`` stops at ``window`` tokens (sliding / chunked layers);
+    ``state_bytes`` is the fixed recurrent state (linear-attention layers).
+    """
+
+    per_token_bytes: float
+    bounded: tuple[tuple[float, int], ...] = ()
+    state_bytes: float = 0.0
+
+    def sequence_bytes(self, context_len: float) -> float:
+        """Cache of one sequence of ``context_len`` tokens."""
+        fixed = sum(b * min(context_len, w) for b, w in self.bounded)
+        return self.per_token_bytes * context_len + fixed + self.state_bytes
+
+    def effective_per_token_bytes(self, context_len: float) -> float:
+        """Bytes per cached token for sequences of ``context_len`` tokens."""
+        return self.sequence_bytes(context_len) / context_len
+
+
+#: when no context length is given, windows and states are amortized over this many
+REFERENCE_CONTEXT_TOKENS = 8192
+
+
+def kv_layout(model: ModelSpec, plan: ParallelPlan) -> KVLayout:
+    """The per-device cache layout of ``model`` (one stage's sub-model) under ``plan``."""
+    grow = 0.0
+    bounded: dict[int, float] = {}
+    la = model.linear_attn
+    state = 0.0
+    for ls in model.layer_plan:
+        e = layer_kv_elems_per_device(model, ls, plan.tp) * plan.kv_bytes
+        if ls.bounded:
+            bounded[ls.window] = bounded.get(ls.window, 0.0) + e
+        else:
+            grow += e
+        if ls.mixer == "linear" and la is not None:
+            b = get_dtype(la.state_dtype).bytes if la.state_dtype else plan.kv_bytes
+            state += la.state_elems() / la.shards(plan.tp) * b
+    return KVLayout(grow, tuple((b, w) for w, b in sorted(bounded.items())), state)
+
+
+def stage_kv_layouts(model: ModelSpec, plan: ParallelPlan) -> tuple[KVLayout, ...]:
+    """One ``KVLayout`` per pipeline stage (its layers only)."""
     if plan.pp == 1:
-        return (model.layers * elems * plan.kv_bytes,)
-    per_layer = elems * plan.kv_bytes
-    check_pp(model, plan.pp)
-    return tuple(n * per_layer for n in stage_layer_counts(model.layers, plan.pp))
+        return (kv_layout(model, plan),)
+    return tuple(kv_layout(sub, plan) for sub in stage_models(model, plan.pp))
+
+
+def stage_kv_bytes_per_token(
+    model: ModelSpec, plan: ParallelPlan, context_len: float = REFERENCE_CONTEXT_TOKENS
+) -> tuple[float, ...]:
+    """KV bytes one device of each pipeline stage stores per token (its layers only),
+    windowed layers and recurrent state amortized over ``context_len``-token sequences."""
+    return tuple(
+        lay.effective_per_token_bytes(context_len) for lay in stage_kv_layouts(model, plan)
+    )
 
 
 def kv_bytes_per_token_per_device(model: ModelSpec, plan: ParallelPlan) -> float:
     """KV bytes one device stores per token (GQA heads sharded, MLA latent replicated).
 
-    With ``pp > 1``: that of the stage with the most layers.
+    With ``pp > 1``: that of the stage with the most. Models with windowed or recurrent
+    layers: amortized over ``REFERENCE_CONTEXT_TOKENS``-token sequences.
     """
     return max(stage_kv_bytes_per_token(model, plan))
 
@@ -103,7 +181,7 @@ class MemoryFit:
     reserve_bytes: float
     kv_budget_bytes: float  # may be negative: the shortfall
     kv_bytes_per_token: float
-    kv_capacity_tokens: int
+    kv_capacity_tokens: int  # the instance's: every attention-DP replica's cache together
     needed_bytes: float  # weights + reserve + KV of the requested batch
     shortfall_bytes: float  # > 0 when it does not fit
     min_tp: int | None  # smallest TP (same device, dtypes and PP) that fits; None if none
@@ -155,15 +233,18 @@ def memory_fit(
     weights: tuple[float, ...] = (
         (weight_bytes_per_device(model, plan),) if pp == 1 else stage_weight_bytes(model, plan)
     )
-    kv_toks = stage_kv_bytes_per_token(model, plan)
+    ref = context_len if context_len > 1 else REFERENCE_CONTEXT_TOKENS
+    layouts = stage_kv_layouts(model, plan)
     stages = []
-    for s, (w, kv_tok) in enumerate(zip(weights, kv_toks, strict=True)):
+    for s, (w, lay) in enumerate(zip(weights, layouts, strict=True)):
+        kv_tok = lay.effective_per_token_bytes(ref)
         reserve = activation_reserve_bytes(model, plan, max_batched_tokens, logits=s == pp - 1)
         budget = usable - w - reserve
         if free_basis:
             budget = gpu_memory_utilization * budget if budget > 0 else budget
-        cap = int(budget // kv_tok) // block * block if budget > 0 else 0
-        needed = w + reserve + batch * context_len * kv_tok
+        cap = int(budget // kv_tok) // block * block if budget > 0 and kv_tok > 0 else 0
+        # attention DP: each replica's devices hold the KV of their 1/dp of the requests
+        needed = w + reserve + -(-batch // plan.dp) * lay.sequence_bytes(context_len)
         stages.append((w, reserve, kv_tok, budget, cap, needed, max(0.0, needed - usable)))
     short = max(st[6] for st in stages)
     if short > 0:
@@ -178,7 +259,7 @@ def memory_fit(
         return memory_fit(
             model,
             device,
-            ParallelPlan(t, plan.weight_dtype, plan.act_dtype, plan.kv_dtype, pp=p),
+            replace(plan, tp=t, pp=p, ep=1 if (t * plan.dp) % plan.ep else plan.ep),
             batch=batch,
             context_len=context_len,
             gpu_memory_utilization=gpu_memory_utilization,
@@ -210,7 +291,7 @@ def memory_fit(
         reserve_bytes=reserve,
         kv_budget_bytes=budget,
         kv_bytes_per_token=kv_tok,
-        kv_capacity_tokens=min(st[4] for st in stages),
+        kv_capacity_tokens=min(st[4] for st in stages) * plan.dp,
         needed_bytes=needed,
         shortfall_bytes=short,
         min_tp=min_tp,

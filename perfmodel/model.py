@@ -2,13 +2,17 @@
 
 Parameter counts, active parameters and KV bytes are derived here, once, from the
 architecture fields -- never typed in twice. Supported: dense MHA/GQA (Llama, Qwen,
-Mistral, OPT), MLA (DeepSeek-V2/V3, Kimi-K2) and MoE with routed + shared experts and
-leading dense layers (Mixtral, Qwen-MoE, DeepSeek, Llama-4).
+Mistral, OPT), MLA (DeepSeek-V2/V3, Kimi-K2) with DSA sparse attention (DeepSeek-V3.2),
+MoE with routed + shared experts, per-layer MoE patterns and a dense MLP beside the
+experts (Mixtral, Qwen-MoE, DeepSeek, Llama-4, Gemma-4), per-layer heterogeneous stacks
+(DeciLM / Nemotron ``block_configs``), sliding-window and chunked local attention, and
+hybrid stacks with recurrent layers (Gated DeltaNet, Mamba-2) whose state is per
+sequence. Config parsing lives in ``perfmodel.modelcfg``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -16,33 +20,20 @@ from typing import Any
 from perfmodel.datafile import read_data_file
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
+from perfmodel.modelcfg.layers import MLA, LayerSpec, LinearAttn, MoE, SparseAttn
+from perfmodel.modelcfg.quant import Quantization
 
-
-@dataclass(frozen=True)
-class MLA:
-    """Multi-head latent attention dimensions (DeepSeek-V2/V3)."""
-
-    kv_lora_rank: int
-    q_lora_rank: int  # 0 = no query compression
-    qk_nope_head_dim: int
-    qk_rope_head_dim: int
-    v_head_dim: int
-
-
-@dataclass(frozen=True)
-class MoE:
-    """Routed experts (+ optional always-on shared experts)."""
-
-    num_experts: int
-    top_k: int
-    expert_intermediate: int
-    shared_intermediate: int  # total intermediate width of the shared expert(s); 0 = none
-    moe_layers: tuple[int, ...]  # indices of layers whose MLP is an MoE block
+__all__ = ["MLA", "LayerSpec", "LinearAttn", "MoE", "ModelSpec", "SparseAttn", "load_model"]
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A decoder-only transformer's architecture."""
+    """A decoder-only transformer's architecture.
+
+    ``layer_specs`` describes each layer when the stack is not uniform (empty: every
+    layer is full attention with ``kv_heads`` and a dense MLP of ``intermediate``, or
+    MoE on ``moe.moe_layers``); ``layer_plan`` always gives the per-layer view.
+    """
 
     id: str
     name: str
@@ -61,9 +52,16 @@ class ModelSpec:
     learned_pos_embeddings: int = 0  # OPT: rows of the learned position table
     mla: MLA | None = None
     moe: MoE | None = None
+    layer_specs: tuple[LayerSpec, ...] = ()
+    linear_attn: LinearAttn | None = None
+    sparse_attn: SparseAttn | None = None
+    attn_output_gate: bool = False  # Qwen3-Next: q_proj also emits a per-head output gate
+    mtp_layers: int = 0  # multi-token-prediction modules shipped with the checkpoint
+    quantization: Quantization | None = None  # what quantization_config says
     published_params: float | None = None
     published_active_params: float | None = None
     sources: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = field(default=(), compare=False)
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -83,6 +81,17 @@ class ModelSpec:
                 raise SpecError(f"{where}: need 0 < experts per token ({m.top_k}) <= experts")
             if any(not 0 <= i < self.layers for i in m.moe_layers):
                 raise SpecError(f"{where}: MoE layer index out of range")
+        if self.layer_specs:
+            if len(self.layer_specs) != self.layers:
+                raise SpecError(
+                    f"{where}: {len(self.layer_specs)} per-layer entries for "
+                    f"{self.layers} layers (num_hidden_layers)"
+                )
+            moe_idx = tuple(i for i, ls in enumerate(self.layer_specs) if ls.mlp == "moe")
+            if moe_idx != (self.moe.moe_layers if self.moe else ()):
+                raise SpecError(f"{where}: per-layer MoE entries disagree with moe_layers")
+            if any(ls.mixer == "linear" for ls in self.layer_specs) and not self.linear_attn:
+                raise SpecError(f"{where}: linear-attention layers need their dimensions")
 
     # ---- structure -------------------------------------------------------------------
     @property
@@ -98,6 +107,16 @@ class ModelSpec:
         return self.layers - self.n_moe_layers
 
     @property
+    def layer_plan(self) -> tuple[LayerSpec, ...]:
+        """Every layer's mixer and MLP (derived for uniform stacks)."""
+        if self.layer_specs:
+            return self.layer_specs
+        moe = set(self.moe.moe_layers) if self.moe else set()
+        dense = LayerSpec("full", self.kv_heads, 0, "dense", self.intermediate)
+        sparse = LayerSpec("full", self.kv_heads, 0, "moe", 0)
+        return tuple(sparse if i in moe else dense for i in range(self.layers))
+
+    @property
     def q_dim(self) -> int:
         """Width of the concatenated query heads (attention output before o_proj)."""
         if self.mla:
@@ -109,7 +128,8 @@ class ModelSpec:
         return self.heads * (self.mla.v_head_dim if self.mla else self.head_dim)
 
     # ---- parameter counts ------------------------------------------------------------
-    def attn_params_per_layer(self) -> int:
+    def attn_params_per_layer(self, kv_heads: int | None = None) -> int:
+        """One attention layer (``kv_heads`` defaults to the model's)."""
         h = self.hidden
         if self.mla:
             m = self.mla
@@ -123,12 +143,22 @@ class ModelSpec:
                 + m.kv_lora_rank
                 + m.kv_lora_rank * self.heads * (m.qk_nope_head_dim + m.v_head_dim)
             )
-            return q + kv + self.attn_out_dim * h
-        kv_dim = self.kv_heads * self.head_dim
-        p = h * self.q_dim + 2 * h * kv_dim + self.q_dim * h
+            idx = self.sparse_attn.params(h, m.q_lora_rank) if self.sparse_attn else 0
+            return q + kv + self.attn_out_dim * h + idx
+        kv_dim = (kv_heads or self.kv_heads) * self.head_dim
+        q_out = self.q_dim * (2 if self.attn_output_gate else 1)
+        p = h * q_out + 2 * h * kv_dim + self.q_dim * h
         if self.attn_bias:
             p += self.q_dim + 2 * kv_dim + (h if self.family == "opt" else 0)
         return p
+
+    def mixer_params(self, ls: LayerSpec) -> int:
+        if ls.is_attention:
+            return self.attn_params_per_layer(ls.kv_heads)
+        if ls.mixer == "linear":
+            assert self.linear_attn is not None  # checked on construction
+            return self.linear_attn.params(self.hidden)
+        return self.hidden * self.hidden if ls.mixer == "proj" else 0
 
     def mlp_params(self, intermediate: int) -> int:
         mats = 3 if self.gated_mlp else 2
@@ -154,46 +184,109 @@ class ModelSpec:
             n += 2 * self.head_dim  # q_norm, k_norm
         return n
 
-    def _moe_layer_params(self, active: bool) -> int:
-        assert self.moe is not None
-        m = self.moe
-        n_exp = m.top_k if active else m.num_experts
-        p = n_exp * self.expert_params() + self.hidden * m.num_experts  # router
-        if m.shared_intermediate:
-            p += self.mlp_params(m.shared_intermediate)
-        return p
+    def param_groups(self, *, active: bool = False) -> dict[str, int]:
+        """Parameters by module kind (keys of ``ModuleDTypes`` + ``embedding``, ``other``).
 
-    def _count(self, active: bool) -> int:
-        per_layer = self.attn_params_per_layer() + self._norm_params_per_layer()
-        total = self.layers * per_layer + self.embedding_params() + self.hidden
-        total += self.n_dense_layers * self.mlp_params(self.intermediate)
-        if self.moe:
-            total += self.n_moe_layers * self._moe_layer_params(active)
-        return total
+        ``active``: routed experts count ``top_k`` per MoE layer instead of all.
+        """
+        g = dict.fromkeys(
+            ("embedding", "attention", "dense_mlp", "shared_experts", "routed_experts", "other"),
+            0,
+        )
+        g["embedding"] = self.embedding_params()
+        g["other"] = self.hidden  # final norm
+        for ls in self.layer_plan:
+            g["attention"] += self.mixer_params(ls)
+            g["other"] += self._norm_params_per_layer()
+            if ls.mlp in ("dense", "moe") and ls.intermediate:
+                g["dense_mlp"] += self.mlp_params(ls.intermediate)
+            elif ls.mlp == "proj":
+                g["dense_mlp"] += self.hidden * self.hidden
+            if ls.mlp == "moe":
+                assert self.moe is not None
+                m = self.moe
+                g["routed_experts"] += (m.top_k if active else m.num_experts) * self.expert_params()
+                g["other"] += self.hidden * m.num_experts  # router
+                if m.shared_intermediate:
+                    g["shared_experts"] += self.mlp_params(m.shared_intermediate)
+        return g
 
     @property
     def params(self) -> int:
-        """Total parameters (embedding and LM head included)."""
-        return self._count(active=False)
+        """Total parameters of the main model (embedding and LM head included, MTP not)."""
+        return sum(self.param_groups().values())
 
     @property
     def active_params(self) -> int:
         """Parameters touched per token (top-k routed + shared experts)."""
-        return self._count(active=True)
+        return sum(self.param_groups(active=True).values())
+
+    @property
+    def mtp_params(self) -> int:
+        """Weights of the multi-token-prediction modules as DeepSeek-V3 checkpoints
+        store them: per module one decoder layer like the last, the 2h→h projection,
+        three norms and its own copy of the embedding and LM head. Not part of
+        ``params`` (model cards count them apart: DeepSeek-V3 671B + 14B)."""
+        if not self.mtp_layers:
+            return 0
+        last = self.layer_plan[-1]
+        one = replace(self, layer_specs=(last,), layers=1, moe=self._moe_for_one(last))
+        layer = one.params - one.embedding_params() - self.hidden
+        extra = 2 * self.hidden * self.hidden + 3 * self.hidden + self.embedding_params()
+        return self.mtp_layers * (layer + extra)
+
+    def _moe_for_one(self, ls: LayerSpec) -> MoE | None:
+        if self.moe is None or ls.mlp != "moe":
+            return None
+        return replace(self.moe, moe_layers=(0,))
 
     def weight_bytes(self, dtype: str = "bf16") -> float:
         return self.params * get_dtype(dtype).bytes
 
-    # ---- KV cache ----------------------------------------------------------------------
-    def kv_elems_per_token_per_layer(self) -> int:
-        """Cached elements per token per layer: 2·n_kv·d (GQA) or d_c + d_R (MLA latent)."""
+    # ---- KV cache and recurrent state --------------------------------------------------
+    def layer_kv_elems(self, ls: LayerSpec) -> int:
+        """Cached elements per token of one layer: 2·n_kv·d (GQA) or d_c + d_R (MLA
+        latent), plus the DSA indexer key; 0 for recurrent and no-op layers."""
+        if not ls.is_attention:
+            return 0
         if self.mla:
-            return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim
-        return 2 * self.kv_heads * self.head_dim
+            idx = self.sparse_attn.index_dim if self.sparse_attn else 0
+            return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim + idx
+        return 2 * ls.kv_heads * self.head_dim
+
+    def kv_elems_per_token_per_layer(self) -> int:
+        """Cached elements per token of a full-attention layer with the model's KV heads."""
+        return self.layer_kv_elems(LayerSpec("full", self.kv_heads))
 
     def kv_bytes_per_token(self, dtype: str = "bf16") -> float:
-        """KV-cache bytes per token over all layers (whole model, no TP sharding)."""
-        return self.layers * self.kv_elems_per_token_per_layer() * get_dtype(dtype).bytes
+        """KV bytes per token of the layers whose cache grows with the context (full
+        attention), whole model, no TP sharding. Windowed layers and recurrent state are
+        per sequence: ``kv_bytes_per_sequence``."""
+        elems = sum(self.layer_kv_elems(ls) for ls in self.layer_plan if not ls.bounded)
+        return elems * get_dtype(dtype).bytes
+
+    def state_bytes_per_sequence(self, dtype: str = "bf16") -> float:
+        """Recurrent state of one sequence over all linear-attention layers."""
+        la = self.linear_attn
+        if la is None:
+            return 0.0
+        n = sum(1 for ls in self.layer_plan if ls.mixer == "linear")
+        return n * la.state_elems() * get_dtype(la.state_dtype or dtype).bytes
+
+    def kv_bytes_per_sequence(self, context_len: int, dtype: str = "bf16") -> float:
+        """Cache of one sequence of ``context_len`` tokens: growing layers ·context,
+        windowed layers ·min(context, window), plus the recurrent state."""
+        b = get_dtype(dtype).bytes
+        bounded = sum(
+            self.layer_kv_elems(ls) * min(context_len, ls.window)
+            for ls in self.layer_plan
+            if ls.bounded
+        )
+        return (
+            self.kv_bytes_per_token(dtype) * context_len
+            + bounded * b
+            + self.state_bytes_per_sequence(dtype)
+        )
 
     def kv_shards(self, tp: int) -> int:
         """Into how many distinct pieces TP splits the KV cache of a token.
@@ -215,144 +308,28 @@ class ModelSpec:
                 f"tp={tp} does not divide the {self.heads} attention heads of {self.id}; "
                 f"valid tp: {', '.join(map(str, valid))}"
             )
-        if not self.mla and self.kv_heads % tp and tp % self.kv_heads:
+        kvs = {ls.kv_heads for ls in self.layer_plan if ls.is_attention} or {self.kv_heads}
+        for kv in sorted(kvs):
+            if not self.mla and kv % tp and tp % kv:
+                raise SpecError(
+                    f"tp={tp} neither divides nor is a multiple of the {kv} KV heads of {self.id}"
+                )
+        la = self.linear_attn
+        if la and (la.v_heads % tp or (la.k_heads and la.k_heads % tp)):
             raise SpecError(
-                f"tp={tp} neither divides nor is a multiple of the {self.kv_heads} KV heads "
-                f"of {self.id}"
+                f"tp={tp} does not divide the {la.k_heads} key / {la.v_heads} value heads of "
+                f"the linear-attention layers of {self.id}"
             )
 
 
 # ---- construction from config.json --------------------------------------------------------
 
 
-def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
-    for k in keys:
-        if k in cfg and cfg[k] is not None:
-            return cfg[k]
-    return default
-
-
-def _int(cfg: dict[str, Any], where: str, *keys: str, default: int | None = None) -> int:
-    v = _get(cfg, *keys, default=default)
-    if v is None:
-        raise SpecError(f"{where}: missing field {keys[0]!r}")
-    if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < 0:
-        raise SpecError(f"{where}: field {keys[0]!r} must be a non-negative integer, got {v!r}")
-    return int(v)
-
-
 def model_from_config(cfg: dict[str, Any], *, id: str = "", where: str = "") -> ModelSpec:
     """Build a ModelSpec from a Hugging Face config dict (or our catalog's TOML table)."""
-    if "text_config" in cfg and isinstance(cfg["text_config"], dict):
-        cfg = {**cfg, **cfg["text_config"]}
-    mid = id or str(cfg.get("id") or cfg.get("_name_or_path") or "custom")
-    where = where or f"model {mid!r}"
-    family = str(cfg.get("model_type", "")).lower()
-    hidden = _int(cfg, where, "hidden_size", "d_model", "n_embd")
-    layers = _int(cfg, where, "num_hidden_layers", "n_layer", "num_layers")
-    heads = _int(cfg, where, "num_attention_heads", "n_head")
-    kv_heads = _int(cfg, where, "num_key_value_heads", "n_kv_head", default=heads)
-    if heads == 0 or hidden == 0 or layers == 0:
-        raise SpecError(f"{where}: hidden_size, num_hidden_layers, num_attention_heads must be > 0")
-    head_dim = _int(cfg, where, "head_dim", default=hidden // heads)
-    vocab = _int(cfg, where, "vocab_size")
-    act = str(_get(cfg, "hidden_act", "activation_function", default="silu")).lower()
-    gated = act in ("silu", "swiglu", "gelu_pytorch_tanh", "geglu") and family != "opt"
-    intermediate = _int(
-        cfg, where, "intermediate_size_mlp", "intermediate_size", "ffn_dim", default=4 * hidden
-    )
-    if family.startswith(
-        "llama4"
-    ):  # dense layers use intermediate_size_mlp, experts intermediate_size
-        intermediate = _int(cfg, where, "intermediate_size_mlp", "intermediate_size")
+    from perfmodel.modelcfg.parse import spec_fields
 
-    mla = None
-    if _get(cfg, "kv_lora_rank"):
-        mla = MLA(
-            kv_lora_rank=_int(cfg, where, "kv_lora_rank"),
-            q_lora_rank=_int(cfg, where, "q_lora_rank", default=0),
-            qk_nope_head_dim=_int(cfg, where, "qk_nope_head_dim"),
-            qk_rope_head_dim=_int(cfg, where, "qk_rope_head_dim"),
-            v_head_dim=_int(cfg, where, "v_head_dim"),
-        )
-
-    moe = None
-    n_exp = _int(cfg, where, "n_routed_experts", "num_local_experts", "num_experts", default=0)
-    if n_exp > 1:
-        top_k = _int(cfg, where, "num_experts_per_tok", "num_experts_per_token", "top_k")
-        if family.startswith("llama4"):
-            e_int = _int(cfg, where, "intermediate_size")
-        else:
-            e_int = _int(cfg, where, "moe_intermediate_size", "intermediate_size")
-        n_shared = _int(cfg, where, "n_shared_experts", default=0)
-        shared = _int(cfg, where, "shared_expert_intermediate_size", default=n_shared * e_int)
-        if family.startswith("llama4"):
-            shared = e_int  # one shared expert of the routed size
-        first_dense = _int(cfg, where, "first_k_dense_replace", default=0)
-        step = (
-            _int(
-                cfg,
-                where,
-                "decoder_sparse_step",
-                "interleave_moe_layer_step",
-                "moe_layer_freq",
-                default=1,
-            )
-            or 1
-        )
-        only_mlp = set(_get(cfg, "mlp_only_layers", default=[]) or [])
-        if family.startswith("llama4"):
-            moe_layers = tuple(i for i in range(layers) if (i + 1) % step == 0)
-        else:
-            moe_layers = (
-                tuple(
-                    i
-                    for i in range(layers)
-                    if i >= first_dense and (i + 1) % step == 0 and i not in only_mlp
-                )
-                if family not in ("deepseek_v3", "deepseek_v2", "kimi_k2")
-                else tuple(i for i in range(first_dense, layers) if (i - first_dense) % step == 0)
-            )
-        moe = MoE(n_exp, top_k, e_int, shared, moe_layers)
-
-    tied = bool(cfg.get("tie_word_embeddings", family == "opt"))
-    learned_pos = 0
-    if family == "opt":
-        learned_pos = _int(cfg, where, "max_position_embeddings") + 2
-        if _int(cfg, where, "word_embed_proj_dim", default=hidden) != hidden:
-            raise SpecError(
-                f"{where}: OPT with word_embed_proj_dim != hidden_size is not supported"
-            )
-    attn_bias = bool(_get(cfg, "attention_bias", "enable_bias", default=False)) or family in (
-        "qwen2",
-        "qwen2_moe",
-    )
-    mlp_bias = bool(_get(cfg, "mlp_bias", "enable_bias", default=False))
-    published = cfg.get("published_params")
-    published_active = cfg.get("published_active_params")
-    return ModelSpec(
-        id=mid,
-        name=str(cfg.get("name", mid)),
-        family=family,
-        hidden=hidden,
-        layers=layers,
-        heads=heads,
-        kv_heads=kv_heads,
-        head_dim=head_dim,
-        vocab=vocab,
-        intermediate=intermediate,
-        gated_mlp=gated,
-        tied_embeddings=tied,
-        attn_bias=attn_bias,
-        mlp_bias=mlp_bias,
-        learned_pos_embeddings=learned_pos,
-        mla=mla,
-        moe=moe,
-        published_params=float(published) if published else None,
-        published_active_params=float(published_active) if published_active else None,
-        sources=tuple(str(s) for s in cfg.get("sources", ())),
-        raw=cfg,
-    )
+    return ModelSpec(**spec_fields(cfg, id=id, where=where))
 
 
 def load_model_file(path: str | Path) -> ModelSpec:

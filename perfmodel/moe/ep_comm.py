@@ -10,6 +10,7 @@ modeled: the time does not depend on how the dispatcher splits the tokens.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,14 @@ class EpComm:
     @property
     def total_s(self) -> float:
         return self.dispatch_s + self.combine_s
+
+
+def ep_bytes_per_gpu(
+    tokens_per_gpu: Any, experts_per_token: int, hidden: int, elem_bytes: float
+) -> Any:
+    """Bytes one GPU sends in one all-to-all (dispatch or combine) of one MoE layer:
+    tokens × experts per token × hidden × element bytes (works on numpy arrays)."""
+    return tokens_per_gpu * experts_per_token * hidden * elem_bytes
 
 
 def ep_link(device: Device, num_gpus: int, gpus_per_node: int) -> tuple[Link, str]:
@@ -65,7 +74,7 @@ def ep_comm(
     """Bytes each GPU sends: tokens × experts per token × hidden × element bytes, for
     dispatch and again for combine (DeepSeek ISCA'25 §2.3.2, test vector T8); the time
     of each is ``hardware.comm.collective_time_s('all_to_all', ...)``."""
-    base = tokens_per_gpu * experts_per_token * hidden
-    db, cb = base * dispatch_elem_bytes, base * combine_elem_bytes
+    db = ep_bytes_per_gpu(tokens_per_gpu, experts_per_token, hidden, dispatch_elem_bytes)
+    cb = ep_bytes_per_gpu(tokens_per_gpu, experts_per_token, hidden, combine_elem_bytes)
     ts = collective_time_s("all_to_all", np.array([db, cb]), group=group, link=link)
     return EpComm(db, cb, float(ts[0]), float(ts[1]), link_name or link.name, group)

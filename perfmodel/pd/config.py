@@ -68,7 +68,7 @@ class PhaseConfig:
 
     @property
     def gpus(self) -> int:
-        return self.plan.tp
+        return self.plan.devices
 
     def instance(self, model: ModelSpec) -> Instance:
         """The instance of ``model`` this configuration runs: every iteration is costed there."""
@@ -78,7 +78,9 @@ class PhaseConfig:
     def label(self) -> str:
         cap = f" cap{self.batch_cap}" if self.batch_cap else ""
         cal = " (calibrated)" if self.profile is not None else ""
-        return f"{self.device.id} TP{self.plan.tp}{cap}{cal}"
+        par = f" DP{self.plan.dp}" if self.plan.dp > 1 else ""
+        par += f" EP{self.plan.ep}" if self.plan.ep > 1 else ""
+        return f"{self.device.id} TP{self.plan.tp}{par}{cap}{cal}"
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,13 @@ class CapacityReport:
             "tp": plan.tp,
             "pp": plan.pp,
             "devices_per_instance": plan.devices,
+            "ep": plan.ep,
+            "dp": plan.dp,
+            "dtypes": {
+                "weights": plan.weights.describe(),
+                "act": plan.act_dtype,
+                "kv": plan.kv_dtype,
+            },
             "workload": self.workload.name,
             "rate_per_s": self.rate_per_s,
             "service_rate_per_s": sr.rate_per_s,

@@ -91,3 +91,46 @@ class Batch:
             self.decode_seqs + other.decode_seqs,
             self.decode_context + other.decode_context,
         )
+
+    def scaled(self, factor: float) -> Batch:
+        """The share ``factor`` of the sequences (every field is a sum over them): what
+        one of ``1/factor`` attention data-parallel ranks serves."""
+        if factor == 1:
+            return self
+        return Batch(
+            self.prefill_tokens * factor,
+            self.prefill_seqs * factor,
+            self.prefill_pairs * factor,
+            self.prefill_kv_read * factor,
+            self.decode_seqs * factor,
+            self.decode_context * factor,
+        )
+
+    def windowed(self, window: float, *, chunked: bool = False) -> tuple[Arr, Arr]:
+        """(query, key) pairs and KV tokens read when every query sees at most a window.
+
+        Sliding window ``W`` (or DSA top-``W`` selection): position ``x`` attends
+        ``min(x, W)`` keys, a sum to ``n`` of ``n(n+1)/2`` for ``n ≤ W`` and
+        ``W(W+1)/2 + (n − W)·W`` beyond. Chunked local attention of chunk ``C``: ``x``
+        attends ``((x − 1) mod C) + 1`` keys, a sum to ``n = qC + r`` of
+        ``q·C(C+1)/2 + r(r+1)/2``. Per-sequence lengths are the batch's means: exact for
+        batches of equal sequences (what ``prefill`` and ``decode`` build).
+        """
+
+        def cum(n: Arr) -> Arr:
+            if chunked:
+                q, r = np.floor(n / window), np.mod(n, window)
+                return q * window * (window + 1) / 2 + r * (r + 1) / 2
+            over = window * (window + 1) / 2 + (n - window) * window
+            return np.where(n <= window, n * (n + 1) / 2, over)
+
+        ps = np.maximum(self.prefill_seqs, 1e-300)
+        s = self.prefill_tokens / ps
+        c = np.maximum(self.prefill_kv_read / ps - s, 0.0)
+        pre_pairs = np.where(self.prefill_seqs > 0, self.prefill_seqs * (cum(c + s) - cum(c)), 0.0)
+        pre_read = self.prefill_seqs * np.minimum(c + s, window + s)
+        ds = np.maximum(self.decode_seqs, 1e-300)
+        dc = self.decode_context / ds
+        keys = np.mod(dc, window) if chunked else np.minimum(dc, window)
+        dec = np.where(self.decode_seqs > 0, self.decode_seqs * keys, 0.0)
+        return pre_pairs + dec + self.decode_seqs, pre_read + dec

@@ -139,7 +139,7 @@ def _costing(
     gemm = profile or Roofline(device, eff_compute=eff.gemm_compute, eff_memory=eff.memory)
     # a KV format the device cannot compute in (FP8 KV on an A100) is dequantized in
     # software inside the attention kernel: its reads stream at a fraction of the rate
-    soft = plan.kv_bytes < plan.act_bytes and not device.has_math(plan.kv_dtype)
+    soft = plan.kv_bytes < plan.act_bytes and not device.computes(plan.kv_dtype)
     attn_mem = eff.memory * (engine.kv_dequant_efficiency if soft else 1.0)
     attn = profile or Roofline(device, eff_compute=eff.attention_compute, eff_memory=attn_mem)
     # query heads per KV head on one device (KV heads replicate when tp > kv_heads)
@@ -177,16 +177,22 @@ def _time_op(
         elif op.collective == "p2p":  # between stages of one node (one sender, one receiver)
             node = scale_up_domain_size(device)
             group, link = 2, link_for_group(device, min(plan.tp * plan.pp, node))
+        elif op.collective == "all_to_all":  # expert-parallel dispatch / combine
+            group, link = plan.ep, link_for_group(device, plan.ep)
         else:  # inside one stage's tensor-parallel group
             group, link = plan.tp, link_for_group(device, plan.tp)
         t = collective_time_s(op.collective, op.bytes, group=group, link=link, dtype=plan.act_dtype)  # type: ignore[arg-type]
         t = t + comm_extra_s
         z = np.zeros_like(t)
         return OpTime(op.name, n, z, z, z, z, n * t, n * t)
-    r = prof.times(op.flops, op.bytes, dtype=plan.act_dtype, kernels=op.kernels)
+    dtype = op.dtype if op.dtype and device.computes(op.dtype) else plan.act_dtype
+    flops = op.flops
+    if op.unpadded_flops is not None and not device.pads_gemm_rows:
+        flops = op.unpadded_flops  # no fixed row tiles (FPGA dataflow engines)
+    r = prof.times(flops, op.bytes, dtype=dtype, kernels=op.kernels)
     z = np.zeros_like(r.total_s)
     return OpTime(
-        op.name, n, n * op.flops, n * op.bytes, n * r.compute_s, n * r.memory_s, z, n * r.total_s
+        op.name, n, n * flops, n * op.bytes, n * r.compute_s, n * r.memory_s, z, n * r.total_s
     )
 
 

@@ -113,7 +113,7 @@ def free_params(engine: Engine, rows: Sequence[Measurement]) -> list[Param]:
 def _soft_kv(m: Measurement) -> bool:
     """The row's KV format has no math on its device (dequantized in software)."""
     plan = plan_for(m, _device(m.device))
-    return plan.kv_bytes < plan.act_bytes and not _device(m.device).has_math(plan.kv_dtype)
+    return plan.kv_bytes < plan.act_bytes and not _device(m.device).computes(plan.kv_dtype)
 
 
 def _scale(name: str) -> float:

@@ -86,7 +86,7 @@ def plan_for(m: Measurement, device: Device) -> ParallelPlan:
     """The parallel plan of a row: math in the weight format when the device has it."""
     act = m.precision
     if m.precision in ("fp8", "int8", "int4") and not (
-        m.precision == "fp8" and device.has_math("fp8")
+        m.precision == "fp8" and device.computes("fp8")
     ):
         act = "fp16"
     return ParallelPlan(m.tp, m.precision, act, m.kv_precision, pp=m.pp)

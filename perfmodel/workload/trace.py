@@ -1,5 +1,11 @@
-"""Request traces: Azure (``TIMESTAMP,ContextTokens,GeneratedTokens``) and the generic
+"""Request traces: Azure (``TIMESTAMP,ContextTokens,GeneratedTokens``), BurstGPT
+(``Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type``; seconds from
+the trace start, one service model per row) and the generic
 ``input_tokens,output_tokens[,arrival_s]`` CSV, with arrival times relative to the first row.
+
+BurstGPT rows with 0 request or response tokens are failed requests (the dataset's
+convention): they are skipped and counted in ``Trace.skipped``. ``model=`` keeps the rows
+of one service model (``ChatGPT``, ``GPT-4``, …; case-insensitive).
 """
 
 from __future__ import annotations
@@ -22,7 +28,6 @@ Arr = NDArray[np.float64]
 IntArr = NDArray[np.int64]
 
 
-
 @dataclass(frozen=True)
 class Trace:
     """Recorded requests: arrival times (s, from the first), input and output tokens."""
@@ -31,6 +36,7 @@ class Trace:
     arrival_s: Arr
     input_tokens: IntArr
     output_tokens: IntArr
+    skipped: int = 0  # rows dropped (BurstGPT failures)
 
     @property
     def n(self) -> int:
@@ -65,6 +71,7 @@ class Trace:
 
 
 _AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_BURST = ("Timestamp", "Model", "Request tokens", "Response tokens")
 
 
 def _parse_int(v: str, where: str, col: str) -> int:
@@ -77,8 +84,9 @@ def _parse_int(v: str, where: str, col: str) -> int:
     return x
 
 
-def load_trace(path: str | Path) -> Trace:
-    """Read a trace CSV (Azure or generic format, see the module docstring)."""
+def load_trace(path: str | Path, *, model: str | None = None) -> Trace:
+    """Read a trace CSV (Azure, BurstGPT or generic format, see the module docstring);
+    ``model`` filters a BurstGPT trace to one service model."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -88,6 +96,10 @@ def load_trace(path: str | Path) -> Trace:
     if not lines or not lines[0].strip():
         raise SpecError(f"{p}: empty trace file; expected a header row and one row per request")
     header = [h.strip() for h in next(csv.reader([lines[0]]))]
+    if all(h in header for h in _BURST):
+        return _burstgpt(p, header, lines, model)
+    if model is not None:
+        raise SpecError(f"{p}: --trace-model applies to BurstGPT traces (a 'Model' column)")
     if all(h in header for h in _AZURE):
         cols = {"in": header.index(_AZURE[1]), "out": header.index(_AZURE[2])}
         ts_col, azure = header.index(_AZURE[0]), True
@@ -98,7 +110,8 @@ def load_trace(path: str | Path) -> Trace:
     else:
         raise SpecError(
             f"{p}:1: unrecognized header {','.join(header)!r}; expected "
-            "'TIMESTAMP,ContextTokens,GeneratedTokens' (Azure) or "
+            "'TIMESTAMP,ContextTokens,GeneratedTokens' (Azure), "
+            "'Timestamp,Model,Request tokens,Response tokens,...' (BurstGPT) or "
             "'input_tokens,output_tokens[,arrival_s]'"
         )
     s: list[int] = []
@@ -136,3 +149,47 @@ def load_trace(path: str | Path) -> Trace:
         raise SpecError(f"{p}: trace has a header but no requests")
     arr = np.asarray(t, dtype=np.float64) if t else np.zeros(len(s))
     return Trace(str(p), arr - arr[0], np.asarray(s, np.int64), np.asarray(o, np.int64))
+
+
+def _burstgpt(p: Path, header: list[str], lines: list[str], model: str | None) -> Trace:
+    """BurstGPT rows (see the module docstring)."""
+    ci, cm = header.index("Timestamp"), header.index("Model")
+    cs, co = header.index("Request tokens"), header.index("Response tokens")
+    want = model.strip().lower() if model is not None else None
+    seen: set[str] = set()
+    s: list[int] = []
+    o: list[int] = []
+    t: list[float] = []
+    skipped = 0
+    for lineno, row in enumerate(csv.reader(lines[1:]), start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        where = f"{p}:{lineno}"
+        if len(row) != len(header):
+            raise SpecError(f"{where}: expected {len(header)} fields, got {len(row)}")
+        name = row[cm].strip()
+        seen.add(name)
+        if want is not None and name.lower() != want:
+            continue
+        try:
+            ts, a, b = float(row[ci]), int(row[cs]), int(row[co])
+        except ValueError:
+            raise SpecError(
+                f"{where}: Timestamp, Request tokens and Response tokens must be numbers"
+            ) from None
+        if not math.isfinite(ts) or a < 0 or b < 0:
+            raise SpecError(f"{where}: Timestamp must be finite and token counts >= 0")
+        if a == 0 or b == 0:
+            skipped += 1  # a failed request
+            continue
+        if t and ts < t[-1]:
+            raise SpecError(f"{where}: arrival time goes backwards; sort the trace by time")
+        s.append(a)
+        o.append(b)
+        t.append(ts)
+    if not s:
+        which = f" for model {model!r} (models: {', '.join(sorted(seen))})" if want else ""
+        raise SpecError(f"{p}: no successful requests{which}")
+    arr = np.asarray(t, dtype=np.float64)
+    src = f"{p}[{model}]" if model else str(p)
+    return Trace(src, arr - arr[0], np.asarray(s, np.int64), np.asarray(o, np.int64), skipped)

@@ -39,8 +39,8 @@ class PhaseOptions:
     profiles: dict[tuple[str, int], list[DecodeProfile]]
 
 
-def parallel_plan(tp: int, dtype: str, kv_dtype: str) -> ParallelPlan:
-    return ParallelPlan(tp=tp, weight_dtype=dtype, act_dtype=dtype, kv_dtype=kv_dtype)
+def parallel_plan(tp: int, dtype: str, kv_dtype: str, *, ep: int = 1, dp: int = 1) -> ParallelPlan:
+    return ParallelPlan(tp=tp, weight_dtype=dtype, act_dtype=dtype, kv_dtype=kv_dtype, ep=ep, dp=dp)
 
 
 def valid_tps(model: ModelSpec, tps: Sequence[int] = TP_CANDIDATES) -> list[int]:
@@ -88,6 +88,8 @@ def evaluate_options(
     tp_candidates: Sequence[int] = TP_CANDIDATES,
     profiles: PhaseProfiles | None = None,
     kv_capacity_tokens: Mapping[tuple[str, int], int] | None = None,
+    ep: int = 1,
+    dp: int = 1,
 ) -> PhaseOptions:
     """Per-instance goodputs of every configuration that fits (see the module docstring).
 
@@ -98,11 +100,14 @@ def evaluate_options(
     Raises InfeasibleError when the model fits no configuration of a phase.
     """
     max_in = int(lengths.input_tokens.max())
+    tp_candidates = [t for t in tp_candidates if (t * dp) % ep == 0]
+    if not tp_candidates:
+        raise SpecError(f"ep={ep} divides tp·dp for no TP candidate; choose ep dividing dp·tp")
     pre_cfgs: list[PhaseConfig] = []
     short: list[str] = []
     for dev in prefill_devices:
         for tp, prof in phase_tps(model, "prefill", dev, tp_candidates, profiles):
-            plan = parallel_plan(tp, dtype, kv_dtype)
+            plan = parallel_plan(tp, dtype, kv_dtype, ep=ep, dp=dp)
             fit = memory_fit(
                 model, dev, plan, batch=2, context_len=max_in, max_batched_tokens=max_in
             )
@@ -124,7 +129,9 @@ def evaluate_options(
         for tp, cost in phase_tps(model, "decode", dev, tp_candidates, profiles):
             for cap in decode_batch_caps:
                 kv = (kv_capacity_tokens or {}).get((dev.id, tp))
-                cfg = PhaseConfig("decode", dev, parallel_plan(tp, dtype, kv_dtype), cap, cost, kv)
+                cfg = PhaseConfig(
+                    "decode", dev, parallel_plan(tp, dtype, kv_dtype, ep=ep, dp=dp), cap, cost, kv
+                )
                 try:
                     link = kv_link(
                         probe_p, cfg, "scale-out" if placement == "scale-out" else "auto"

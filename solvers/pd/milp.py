@@ -46,6 +46,7 @@ _TIE_BREAK = 1e-4
 # a link with no stated capacity is taken as this many times the arrival rate (never binds)
 _UNCAPPED_LINK_FACTOR = 1e6
 
+
 def _price(dev: Device, prices: dict[str, float] | None) -> float:
     if prices is None:
         return 1.0
@@ -140,8 +141,14 @@ def plan_pd(
     time_limit_s: float = 10.0,
     profiles: PhaseProfiles | None = None,
     kv_capacity_tokens: Mapping[tuple[str, int], int] | None = None,
+    ep: int = 1,
+    dp: int = 1,
 ) -> PDPlan:
     """Least-cost disaggregated plan for ``rate_per_s`` (see the module docstring).
+
+    ``ep``/``dp``: expert parallelism and attention data parallelism of every prefill
+    and decode instance (``perfmodel.plan.ParallelPlan``); TPs with ``ep ∤ tp·dp`` are
+    skipped. The colocated baseline stays without them.
 
     ``profiles``: calibrated phase cost profiles by ``(phase, device id, TP)``, used
     instead of the roofline for those configurations (the colocated baseline stays on
@@ -168,6 +175,8 @@ def plan_pd(
         placement=placement,
         profiles=profiles,
         kv_capacity_tokens=kv_capacity_tokens,
+        ep=ep,
+        dp=dp,
     )
     check_feasible(opts, slo)
     kw = {"prices": prices, "time_limit_s": time_limit_s}

@@ -63,8 +63,9 @@ def test_hardware_uses_only_the_base_of_perfmodel() -> None:
 RANKS: dict[str, int] = {
     "perfmodel.base": 0,  # __init__, units, dtypes, errors, datafile
     "hardware": 1,
-    "perfmodel.model": 2, "perfmodel.modelcfg": 2, "perfmodel.catalog": 2,
-    "perfmodel.workload": 2, "perfmodel.plan": 3,
+    "perfmodel.modelcfg": 1,  # config parsing and layer formulas: below the ModelSpec
+    "perfmodel.model": 2, "perfmodel.catalog": 2, "perfmodel.workload": 2,
+    "perfmodel.plan": 3,
     "perfmodel.memory": 4,
     "perfmodel.moe": 5,
     "perfmodel.step": 6,
