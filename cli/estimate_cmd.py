@@ -15,8 +15,8 @@ from perfmodel.units import GiB, ms
 if TYPE_CHECKING:  # the library imports numpy: loaded when the command runs
     from hardware.device import Device
     from perfmodel.estimate import Estimate
-    from perfmodel.step.instance import Instance
     from perfmodel.plan import ParallelPlan
+    from perfmodel.step.instance import Instance
     from perfmodel.step.time import StepTime
 
 
