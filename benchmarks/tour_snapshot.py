@@ -52,7 +52,8 @@ def run(cmd: list[str]) -> object:
 
 def diff(a: object, b: object, path: str = "") -> list[str]:
     if isinstance(a, dict) and isinstance(b, dict):
-        out = [f"{path}.{k}: only in one" for k in a.keys() ^ b.keys() if k not in VOLATILE]
+        # keys only in the new snapshot are additions (new output fields), not changes
+        out = [f"{path}.{k}: removed" for k in a.keys() - b.keys() if k not in VOLATILE]
         for k in a.keys() & b.keys():
             if k not in VOLATILE:
                 out += diff(a[k], b[k], f"{path}.{k}")

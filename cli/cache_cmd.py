@@ -291,14 +291,7 @@ def plan_cmd(
     plan = _plan(spec)
     d = plan_dict(plan)
     if out is not None:
-        from reports.cache_plot import cache_figure, figure_html
-
-        curves = _hit_curves(spec)
-        write_atomic(out, figure_html(cache_figure(plan, curves)), force=force)
-        d["out"] = str(out)
-        d["hit_curves"] = [
-            {"name": c.label, "cache_size": c.sizes, "hit_ratio": c.hit_ratio} for c in curves
-        ]
+        d.update(_write_figure(out, spec, plan, force=force))
     if json_out:
         echo_json(d)
         return
@@ -331,6 +324,20 @@ def plan_cmd(
         for k in plan.marginal_per_gib
     ]
     typer.echo(table(rows, ["pool", f"Δ{objective} per GiB", "Δμ req/s per GiB"]))
+
+
+def _write_figure(out: Path, spec: Any, plan: Any, *, force: bool) -> dict[str, Any]:
+    """Write the split figure and the hit-ratio curves; their JSON for ``--json``."""
+    from reports.cache_plot import cache_figure, figure_html
+
+    curves = _hit_curves(spec)
+    write_atomic(out, figure_html(cache_figure(plan, curves)), force=force)
+    return {
+        "out": str(out),
+        "hit_curves": [
+            {"name": c.label, "cache_size": c.sizes, "hit_ratio": c.hit_ratio} for c in curves
+        ],
+    }
 
 
 def _hit_curves(spec: Any) -> list[Any]:

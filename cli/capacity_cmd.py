@@ -274,19 +274,22 @@ def simulate_cmd(
     if json_out:
         echo_json(out)
         return
+    _render_simulation(out)
+
+
+def _render_simulation(out: dict[str, Any]) -> None:
+    pp = out["pp"]
     typer.echo(
-        f"simulated {out['requests']} requests of {w.name} at {rate:.3g} req/s on "
-        f"{m.id} {plan.tp}x {d.id}"
-        + (f" x PP{plan.pp} ({plan.pp} virtual engines)" if plan.pp > 1 else "")
-        + f" (predicted μ {sr.rate_per_s:.3g} req/s)"
+        f"simulated {out['requests']} requests of {out['workload']} at {out['rate_per_s']:.3g} "
+        f"req/s on {out['model']} {out['tp']}x {out['hardware']}"
+        + (f" x PP{pp} ({pp} virtual engines)" if pp > 1 else "")
+        + f" (predicted μ {out['predicted_service_rate_per_s']:.3g} req/s)"
     )
-    rows = [
-        [k.upper(), _ms(v.mean_s), _ms(v.p50_s), _ms(v.p90_s), _ms(v.p99_s)]
-        for k, v in dists.items()
-    ]
+    cols = ("mean_ms", "p50_ms", "p90_ms", "p99_ms")
+    rows = [[k.upper(), *(out[k][c] for c in cols)] for k in ("ttft", "tpot", "e2e")]
     typer.echo(table(rows, ["ms", "mean", "p50", "p90", "p99"]))
     typer.echo(
-        f"  completed {out['completed']}, rejected {res.rejected}, preemptions {res.preemptions}, "
-        f"throughput {res.throughput_per_s:.3g} req/s, queue growth "
+        f"  completed {out['completed']}, rejected {out['rejected']}, preemptions "
+        f"{out['preemptions']}, throughput {out['throughput_per_s']:.3g} req/s, queue growth "
         f"{out['queue_growth_per_s']:.3g} req/s (max {out['max_queue']} waiting)"
     )

@@ -209,6 +209,95 @@ _ERR = (
 )
 
 
+def _pools_table(rec: Any, money: Any) -> str:
+    return _table(
+        [
+            [
+                p.candidate.device.id,
+                p.devices,
+                p.instances,
+                p.candidate.tp,
+                p.candidate.role,
+                p.rate_per_s,
+                f"{p.utilization:.0%}",
+                f"{1 - p.utilization:.0%}",
+                p.candidate.limiter,
+                money(p.cost_per_hour_usd),
+                "; ".join(f"{f:.0%} of {b}" for b, f in p.buckets) or "all requests",
+            ]
+            for p in rec.pools
+        ],
+        [
+            "device",
+            "count",
+            "instances",
+            "TP",
+            "role",
+            "req/s",
+            "utilization",
+            "margin to instability",
+            "bound by",
+            "cost",
+            "requests served",
+        ],
+    )
+
+
+def _alternative_rows(result: Any, money: Any) -> list[list[Any]]:
+    alt = [
+        [
+            k,
+            money(v.fleet.economics.cost_per_hour_usd) if v.fleet else "infeasible",
+            v.fleet.devices if v.fleet else None,
+            v.fleet.summary if v.fleet else v.reason,
+        ]
+        for k, v in sorted(result.best_single_device.items())
+    ]
+    for name, v in (("colocated only", result.colocated_only), ("PD only", result.disaggregated)):
+        if v is not None:
+            alt.append(
+                [
+                    name,
+                    money(v.fleet.economics.cost_per_hour_usd) if v.fleet else "infeasible",
+                    v.fleet.devices if v.fleet else None,
+                    v.fleet.summary if v.fleet else v.reason,
+                ]
+            )
+    return alt
+
+
+def _verification_table(result: Any, slo: dict[str, Any]) -> str:
+    return (
+        _table(
+            [
+                [
+                    v.pools,
+                    v.rate_per_s,
+                    v.predicted_attainment,
+                    v.simulated_attainment,
+                    v.simulated_ttft_quantile_s * MS_PER_S,
+                    v.simulated_tpot_quantile_s * MS_PER_S,
+                    "yes" if v.meets_goal else "NO",
+                    v.requests,
+                ]
+                for v in result.verification
+            ],
+            [
+                "pools",
+                "req/s",
+                "predicted attainment",
+                "simulated attainment",
+                f"sim p{slo['percentile'] * 100:g} TTFT ms",
+                f"sim p{slo['percentile'] * 100:g} TPOT ms",
+                "meets goal",
+                "requests",
+            ],
+        )
+        if result.verification
+        else "<p>not simulated</p>"
+    )
+
+
 def plan_report(result: PlanResult, inputs: PlanInputs, sweep: PlanSweep) -> str:
     """The report's HTML text (see the module docstring)."""
     import plotly.io as pio
@@ -241,37 +330,7 @@ def plan_report(result: PlanResult, inputs: PlanInputs, sweep: PlanSweep) -> str
             else f", {e.energy_j_per_output_token:.3g} J/token, {e.kwh_per_day:,.0f} kWh/day"
         )
         + f" (MILP {rec.status}, gap {_fmt(rec.gap)})</p>",
-        _table(
-            [
-                [
-                    p.candidate.device.id,
-                    p.devices,
-                    p.instances,
-                    p.candidate.tp,
-                    p.candidate.role,
-                    p.rate_per_s,
-                    f"{p.utilization:.0%}",
-                    f"{1 - p.utilization:.0%}",
-                    p.candidate.limiter,
-                    money(p.cost_per_hour_usd),
-                    "; ".join(f"{f:.0%} of {b}" for b, f in p.buckets) or "all requests",
-                ]
-                for p in rec.pools
-            ],
-            [
-                "device",
-                "count",
-                "instances",
-                "TP",
-                "role",
-                "req/s",
-                "utilization",
-                "margin to instability",
-                "bound by",
-                "cost",
-                "requests served",
-            ],
-        ),
+        _pools_table(rec, money),
         "<h2>Why</h2><ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in result.why) + "</ul>",
     ]
     figs = _figures(result, inputs, sweep)
@@ -284,25 +343,7 @@ def plan_report(result: PlanResult, inputs: PlanInputs, sweep: PlanSweep) -> str
     for t, f in zip(titles, figs, strict=True):
         parts.append(f"<h2>{t}</h2>")
         parts.append(pio.to_html(f, include_plotlyjs=False, full_html=False))
-    alt = [
-        [
-            k,
-            money(v.fleet.economics.cost_per_hour_usd) if v.fleet else "infeasible",
-            v.fleet.devices if v.fleet else None,
-            v.fleet.summary if v.fleet else v.reason,
-        ]
-        for k, v in sorted(result.best_single_device.items())
-    ]
-    for name, v in (("colocated only", result.colocated_only), ("PD only", result.disaggregated)):
-        if v is not None:
-            alt.append(
-                [
-                    name,
-                    money(v.fleet.economics.cost_per_hour_usd) if v.fleet else "infeasible",
-                    v.fleet.devices if v.fleet else None,
-                    v.fleet.summary if v.fleet else v.reason,
-                ]
-            )
+    alt = _alternative_rows(result, money)
     parts += [
         "<h2>Alternatives</h2>",
         _table(alt, ["fleet", "cost", "devices", "pools"]),
@@ -316,33 +357,7 @@ def plan_report(result: PlanResult, inputs: PlanInputs, sweep: PlanSweep) -> str
         ),
         "<ul>" + "".join(f"<li>{html.escape(f)}</li>" for f in result.price_flips) + "</ul>",
         "<h2>Simulated vs predicted</h2>",
-        _table(
-            [
-                [
-                    v.pools,
-                    v.rate_per_s,
-                    v.predicted_attainment,
-                    v.simulated_attainment,
-                    v.simulated_ttft_quantile_s * MS_PER_S,
-                    v.simulated_tpot_quantile_s * MS_PER_S,
-                    "yes" if v.meets_goal else "NO",
-                    v.requests,
-                ]
-                for v in result.verification
-            ],
-            [
-                "pools",
-                "req/s",
-                "predicted attainment",
-                "simulated attainment",
-                f"sim p{slo['percentile'] * 100:g} TTFT ms",
-                f"sim p{slo['percentile'] * 100:g} TPOT ms",
-                "meets goal",
-                "requests",
-            ],
-        )
-        if result.verification
-        else "<p>not simulated</p>",
+        _verification_table(result, slo),
         "<h2>Assumptions and provenance</h2>",
         f"<pre>{html.escape(json.dumps(a, indent=1, default=str))}</pre>",
         "<h2>Configurations evaluated</h2>",

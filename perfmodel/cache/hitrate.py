@@ -42,6 +42,8 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from perfmodel.errors import SpecError
+from perfmodel.model import ModelSpec
+from perfmodel.moe.routing import expert_popularity
 
 Arr = NDArray[np.float64]
 
@@ -322,3 +324,11 @@ def activation_from_counts(counts: ArrayLike, tokens: ArrayLike) -> Arr:
             "an expert received more rows than there were tokens; top_k is wrong for this CSV"
         )
     return np.minimum(pi, 1.0)
+
+
+def popularity_activation(model: ModelSpec, zipf_exponent: float, *, seed: int = 0) -> Arr:
+    """π per token for Zipf(``s``)-popular experts (ranks seeded-permuted, as in routing)."""
+    if model.moe is None:
+        raise SpecError(f"{model.id} is not a mixture-of-experts model")
+    p = expert_popularity(model.moe.num_experts, dist="zipf", exponent=zipf_exponent, seed=seed)
+    return inclusion_probabilities(p, model.moe.top_k)

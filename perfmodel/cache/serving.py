@@ -38,7 +38,6 @@ from perfmodel.cache.footprint import (
     lora_adapter_bytes,
     weight_footprint,
 )
-from perfmodel.cache.hitrate import inclusion_probabilities
 from perfmodel.cache.offload import OffloadLatency, offload_latency, slowed_service_rate
 from perfmodel.cache.paging import OffloadedExperts, adapter_paging, expert_fetch, fetch_time_s
 from perfmodel.errors import InfeasibleError, SpecError
@@ -395,13 +394,3 @@ def evaluate_split(
     c = ctx or budget_context(spec)
     eng = evaluate_engine(c, kv_bytes, expert_capacity)
     return combine(c, eng, adapters_resident, adapter_hit_ratio(c, adapters_resident))
-
-
-def popularity_activation(model: ModelSpec, zipf_exponent: float, *, seed: int = 0) -> Arr:
-    """π per token for Zipf(``s``)-popular experts (ranks seeded-permuted, as in routing)."""
-    from perfmodel.moe.routing import expert_popularity
-
-    if model.moe is None:
-        raise SpecError(f"{model.id} is not a mixture-of-experts model")
-    p = expert_popularity(model.moe.num_experts, dist="zipf", exponent=zipf_exponent, seed=seed)
-    return inclusion_probabilities(p, model.moe.top_k)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
+from perfmodel.cache.hitrate import popularity_activation
 from perfmodel.cache.offload import penalized_table
 from perfmodel.cache.serving import (
     OBJECTIVES,
@@ -41,7 +42,6 @@ from perfmodel.cache.serving import (
     evaluate_engine,
     evaluate_split,
     offloaded_experts,
-    popularity_activation,
 )
 from perfmodel.errors import InfeasibleError
 from perfmodel.sim.simulate import SimResult

@@ -93,7 +93,7 @@ def crossover(params: Side) -> Outcome:
 
 
 def _activation(model: Any, skew: float) -> np.ndarray:
-    from perfmodel.cache.serving import popularity_activation
+    from perfmodel.cache.hitrate import popularity_activation
 
     assert model.moe is not None
     e, k = model.moe.num_experts, model.moe.top_k
