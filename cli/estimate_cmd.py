@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the library imports numpy: loaded when the command runs
     from hardware.device import Device
     from perfmodel.estimate import Estimate
     from perfmodel.plan import ParallelPlan
+    from perfmodel.step.instance import Instance
     from perfmodel.step.time import StepTime
 
 
@@ -87,6 +88,40 @@ def _positive(name: str, v: int) -> None:
         raise fail(f"{name} must be a positive integer, got {v}")
 
 
+def _offline(inst: Instance, label: str, input_len: int, output_len: int, json_out: bool) -> None:
+    from perfmodel.serving.offline import offline_throughput
+
+    m, d, plan, eng = inst.model, inst.device, inst.plan, inst.engine
+    r = offline_throughput(m, d, plan, input_len=input_len, output_len=output_len, engine=eng)
+    if json_out:
+        echo_json(
+            {
+                "model": m.id,
+                "hardware": d.id,
+                "tp": plan.tp,
+                "pp": plan.pp,
+                "engine": eng.id if eng else None,
+                "engine_accuracy": label,
+                "offline": r.to_dict(),
+            }
+        )
+        return
+    typer.echo(
+        f"engine: {label}\n{m.id} on {plan.devices}x {d.id}, all requests queued, "
+        f"{input_len} in / {output_len} out"
+    )
+    typer.echo(
+        f"  throughput {r.output_tokens_per_s:,.0f} output tokens/s "
+        f"({r.output_tokens_per_s / plan.devices:,.0f} per device), "
+        f"{r.requests_per_s:.3g} requests/s"
+    )
+    typer.echo(
+        f"  batch {r.batch} in flight (bound by {r.binding}); KV {r.kv_capacity_tokens:,} "
+        f"tokens; mean iteration {ms(r.iteration_s):.2f} ms, {100 * r.prefill_share:.0f} % "
+        "of it prompt work"
+    )
+
+
 @handle_errors
 def estimate_cmd(
     model: Annotated[str, typer.Option(help="Model id or config.json path.")] = DEFAULT_MODEL,
@@ -105,6 +140,20 @@ def estimate_cmd(
     attn_dtype: po.AttnDtypeOpt = None,
     ep: po.EpOpt = 1,
     dp: po.DpOpt = 1,
+    engine: Annotated[
+        str | None,
+        typer.Option(
+            help="Serving engine (trtllm, vllm, sglang, @version, or a TOML path); "
+            "default: none (the engine-less roofline)."
+        ),
+    ] = None,
+    offline: Annotated[
+        bool,
+        typer.Option(
+            help="Offline saturation throughput (all requests queued, fixed lengths) under "
+            "the engine's batch caps, instead of one static batch."
+        ),
+    ] = False,
     json_out: bool = JsonOpt,
 ) -> None:
     """Estimate TTFT, TPOT, throughput and memory fit for one static batch."""
@@ -130,11 +179,34 @@ def estimate_cmd(
         m, d, tp=tp, pp=pp, ep=ep, dp=dp, dtype=dtype, act_dtype=act_dtype,
         kv_dtype=kv_dtype, expert_dtype=expert_dtype, attn_dtype=attn_dtype,
     )  # fmt: skip
-    e = estimate(Instance(m, d, plan), batch=batch, input_len=input_len, output_len=output_len)
+    eng = None
+    if engine is not None:
+        from hardware.engine import load_engine
+
+        eng = load_engine(engine)
+    label = (
+        eng.accuracy_note(d.id, plan.act_dtype)
+        if eng
+        else "none (engine-less roofline: 25-110 % optimistic against published engines)"
+    )
+    inst = Instance(m, d, plan, engine=eng)
+    if offline:
+        _offline(inst, label, input_len, output_len, json_out)
+        return
+    e = estimate(inst, batch=batch, input_len=input_len, output_len=output_len)
     if json_out:
         extra = {"precision": prec.to_dict(), "ep": plan.ep, "dp": plan.dp}
-        echo_json({**estimate_dict(e), **extra, "warnings": list(m.warnings)})
+        echo_json(
+            {
+                **estimate_dict(e),
+                **extra,
+                "warnings": list(m.warnings),
+                "engine": eng.id if eng else None,
+                "engine_accuracy": label,
+            }
+        )
         return
+    typer.echo(f"engine: {label}")
     f = e.memory
     where = f"{tp}x {d.id}" if pp == 1 else f"{plan.devices}x {d.id} (TP{tp} x PP{pp})"
     if plan.dp > 1 or plan.ep > 1:

@@ -18,6 +18,7 @@ from cli import (
     predict_cmd,
     profile_cmd,
     sweep_cmd,
+    validate_cmd,
 )
 
 app = typer.Typer(
@@ -41,6 +42,8 @@ app.add_typer(pd_cmd.app, name="pd")
 app.add_typer(phase_cmd.app, name="phase")
 app.command("sweep")(sweep_cmd.sweep_cmd)
 app.add_typer(claims_cmd.app, name="claims")
+app.command("validate")(validate_cmd.validate_cmd)
+app.command("calibrate")(validate_cmd.calibrate_cmd)
 
 
 def main() -> None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hardware.device import Device
+from hardware.engine import Engine
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
 from perfmodel.model import LayerSpec, ModelSpec
@@ -205,16 +206,29 @@ def memory_fit(
     gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
     max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
     search_tp: bool = True,
+    engine: Engine | None = None,
 ) -> MemoryFit:
     """Whether ``batch`` requests of ``context_len`` tokens fit, and the KV capacity.
 
     When it does not fit and ``search_tp``: the smallest TP (same PP) and the smallest
     PP up to ``PP_SEARCH_MAX`` (same TP) that would.
+
+    With an ``engine`` its KV budget replaces ``gpu_memory_utilization`` and
+    ``max_batched_tokens``: ``basis = "total"`` is the formula above with its fraction;
+    ``basis = "free"`` (TensorRT-LLM) gives the KV ``fraction · (hbm − weights −
+    reserve)``; the capacity is whole blocks of ``engine.kv_block_tokens``.
     """
+    free_basis = False
+    block = 1
+    if engine is not None:
+        max_batched_tokens = engine.max_num_batched_tokens
+        gpu_memory_utilization = engine.kv_memory_fraction
+        free_basis = engine.kv_memory_basis == "free"
+        block = engine.kv_block_tokens
     if not 0 < gpu_memory_utilization <= 1:
         raise SpecError("gpu_memory_utilization must be in (0, 1]")
     model.check_tp(plan.tp)
-    usable = device.hbm_bytes * gpu_memory_utilization
+    usable = device.hbm_bytes * (1.0 if free_basis else gpu_memory_utilization)
     pp = plan.pp
     weights: tuple[float, ...] = (
         (weight_bytes_per_device(model, plan),) if pp == 1 else stage_weight_bytes(model, plan)
@@ -226,7 +240,9 @@ def memory_fit(
         kv_tok = lay.effective_per_token_bytes(ref)
         reserve = activation_reserve_bytes(model, plan, max_batched_tokens, logits=s == pp - 1)
         budget = usable - w - reserve
-        cap = int(budget // kv_tok) if budget > 0 and kv_tok > 0 else 0
+        if free_basis:
+            budget = gpu_memory_utilization * budget if budget > 0 else budget
+        cap = int(budget // kv_tok) // block * block if budget > 0 and kv_tok > 0 else 0
         # attention DP: each replica's devices hold the KV of their 1/dp of the requests
         needed = w + reserve + -(-batch // plan.dp) * lay.sequence_bytes(context_len)
         stages.append((w, reserve, kv_tok, budget, cap, needed, max(0.0, needed - usable)))
@@ -249,6 +265,7 @@ def memory_fit(
             gpu_memory_utilization=gpu_memory_utilization,
             max_batched_tokens=max_batched_tokens,
             search_tp=False,
+            engine=engine,
         ).fits
 
     if short > 0 and search_tp:

@@ -14,6 +14,10 @@ asks for an iteration time, the memory fit and the KV capacity:
   and what bounds each) of the roofline path, for reports.
 * :meth:`Instance.memory_fit`, :meth:`Instance.kv_capacity_tokens` — the memory model
   (:func:`perfmodel.memory.memory_fit`) of this instance.
+* ``engine`` (:class:`hardware.engine.Engine`, optional): the serving engine. Its kernel
+  efficiencies, decode K/V reads, collective and host overheads enter every roofline
+  iteration; its KV memory fraction, block size and token budget the memory fit
+  (``None``: the engine-less model, unchanged).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hardware.device import Device
+from hardware.engine import Engine
 from hardware.maxaffine import MaxAffine
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.memory import (
@@ -84,6 +89,7 @@ class Instance:
     device: Device
     plan: ParallelPlan = field(default_factory=ParallelPlan)
     profile: MaxAffine | None = field(default=None, compare=False)
+    engine: Engine | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         self.model.check_tp(self.plan.tp)
@@ -99,7 +105,7 @@ class Instance:
 
     def step(self, batch: Batch) -> StepTime:
         """Roofline step time of ``batch`` with its per-operator breakdown."""
-        return step_time(self.model, self.device, batch, plan=self.plan)
+        return step_time(self.model, self.device, batch, plan=self.plan, engine=self.engine)
 
     def iteration_s(self, batch: Batch) -> Arr:
         """Seconds of one iteration of ``batch`` (vectorized over the batch's arrays)."""
@@ -126,6 +132,7 @@ class Instance:
             gpu_memory_utilization=gpu_memory_utilization,
             max_batched_tokens=max_batched_tokens,
             search_tp=search_tp,
+            engine=self.engine,
         )
 
     def kv_capacity_tokens(self, max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS) -> int:
@@ -141,7 +148,7 @@ class Instance:
         return fit.kv_capacity_tokens
 
     def with_plan(self, plan: ParallelPlan) -> Instance:
-        return Instance(self.model, self.device, plan, self.profile)
+        return Instance(self.model, self.device, plan, self.profile, self.engine)
 
 
 class OnInstance:

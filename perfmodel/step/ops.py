@@ -94,9 +94,18 @@ def _groups(keys: list[tuple[str, int, int]]) -> list[tuple[tuple[str, int, int]
 
 
 def _attention_group(
-    model: ModelSpec, plan: ParallelPlan, batch: Batch, ls: LayerSpec, L: int, sfx: str
+    model: ModelSpec,
+    plan: ParallelPlan,
+    batch: Batch,
+    ls: LayerSpec,
+    L: int,
+    sfx: str,
+    decode_kv_reads: float = 1.0,
 ) -> list[Op]:
-    """One group of ``L`` identical attention layers (full, sliding or chunked)."""
+    """One group of ``L`` identical attention layers (full, sliding or chunked).
+
+    ``decode_kv_reads``: times a decode step reads each cached K/V element (1 when the
+    query heads of a group share one read; the engine's ``Engine.decode_kv_reads``)."""
     t = plan.tp
     h = model.hidden
     T = batch.tokens
@@ -154,6 +163,9 @@ def _attention_group(
     attn_flops = pre_pairs * (prefill_pair_flops + softmax_flops) + dec_pairs * (
         decode_pair_flops + softmax_flops
     )
+    # decode KV tokens (dec_pairs counts one more pair per decoding request) read again
+    # by every query head of a group that does not share the read
+    kv_read = kv_read + (decode_kv_reads - 1.0) * (dec_pairs - batch.decode_seqs)
     attn_bytes = (
         kv_read * kv_elems * plan.kv_bytes  # read the cache
         + T * kv_elems * plan.kv_bytes  # append this step's K/V
@@ -204,7 +216,9 @@ def _linear_group(model: ModelSpec, plan: ParallelPlan, batch: Batch, L: int) ->
     ]
 
 
-def attention_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op]:
+def attention_ops(
+    model: ModelSpec, plan: ParallelPlan, batch: Batch, *, decode_kv_reads: float = 1.0
+) -> list[Op]:
     """Token mixers of every layer on one device, grouped by kind (names suffixed per
     kind: ``_swa`` sliding, ``_chunked``, ``_w<kv>`` for minority KV widths). With
     attention data parallelism each device serves ``1/dp`` of the batch."""
@@ -223,7 +237,7 @@ def attention_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op
             )
         else:
             ls = LayerSpec(kind, kv, win)
-            ops += _attention_group(model, plan, b, ls, n, sfx)
+            ops += _attention_group(model, plan, b, ls, n, sfx, decode_kv_reads)
     if plan.tp > 1 and keys:
         ops.append(_allreduce("attn_allreduce", b.tokens, model, plan, len(keys)))
     return ops
@@ -344,11 +358,13 @@ def head_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op]:
     return ops
 
 
-def layer_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op]:
+def layer_ops(
+    model: ModelSpec, plan: ParallelPlan, batch: Batch, *, decode_kv_reads: float = 1.0
+) -> list[Op]:
     """Every operator of one iteration on one device, in execution order."""
     ops = [
         *head_ops(model, plan, batch)[:1],
-        *attention_ops(model, plan, batch),
+        *attention_ops(model, plan, batch, decode_kv_reads=decode_kv_reads),
         *mlp_ops(model, plan, batch),
         elementwise_op(model, plan, batch),
         *head_ops(model, plan, batch)[1:],

@@ -36,6 +36,7 @@ from numpy.typing import NDArray
 
 from hardware.comm import collective_time_s, link_for_group, scale_up_domain_size
 from hardware.device import Device
+from hardware.engine import Engine
 from hardware.roofline import Roofline
 from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec
@@ -44,6 +45,7 @@ from perfmodel.step.batch import Batch
 from perfmodel.step.ops import Op, attention_ops, elementwise_op, head_ops, layer_ops, mlp_ops
 
 Arr = NDArray[np.float64]
+HOST_OP = "host_overhead"  # the engine's per-iteration host time (scheduler, sampling)
 
 
 @dataclass(frozen=True)
@@ -61,7 +63,9 @@ class OpTime:
 
     @property
     def bound(self) -> NDArray[np.str_]:
-        """'compute', 'memory' or 'comm': what sets this op's time."""
+        """'compute', 'memory', 'comm' or 'host' (engine overhead): what sets this op's time."""
+        if self.name == HOST_OP:
+            return np.full(np.shape(self.total_s), "host")
         return np.where(
             self.comm_s > 0, "comm", np.where(self.compute_s > self.memory_s, "compute", "memory")
         )
@@ -76,8 +80,12 @@ class StepTime:
     stage_s: tuple[Arr, ...] = ()  # pp > 1: time of each pipeline stage for one micro-batch
 
     def by_bound(self) -> dict[str, Arr]:
-        """Seconds spent in ops bound by compute, memory and communication."""
-        out = {k: np.zeros_like(self.total_s) for k in ("compute", "memory", "comm")}
+        """Seconds spent in ops bound by compute, memory and communication (and host
+        overhead when an engine is modeled)."""
+        keys = ("compute", "memory", "comm") + (
+            ("host",) if any(o.name == HOST_OP for o in self.ops) else ()
+        )
+        out = {k: np.zeros_like(self.total_s) for k in keys}
         for op in self.ops:
             b = op.bound
             for k in out:
@@ -101,7 +109,67 @@ class StepTime:
         )
 
 
-def _time_op(op: Op, prof: Roofline, device: Device, plan: ParallelPlan) -> OpTime:
+@dataclass(frozen=True)
+class _Costing:
+    """How an iteration is costed: the GEMM/streaming profile, the attention profile,
+    K/V reads per decode step and the engine (host overhead), if any."""
+
+    gemm: Roofline
+    attention: Roofline
+    decode_kv_reads: float = 1.0
+    engine: Engine | None = None
+    comm_extra_s: float = 0.0  # the engine's fixed cost per collective call
+
+    def profile(self, op: Op) -> Roofline:
+        return self.attention if op.name == "attention" else self.gemm
+
+
+def _costing(
+    model: ModelSpec,
+    device: Device,
+    plan: ParallelPlan,
+    profile: Roofline | None,
+    engine: Engine | None,
+) -> _Costing:
+    """Without an engine: ``profile`` (default roofline) for every op, shared K/V reads."""
+    if engine is None:
+        prof = profile or Roofline(device)
+        return _Costing(prof, prof)
+    eff = engine.kernel_efficiency(device.id, plan.act_dtype)
+    gemm = profile or Roofline(device, eff_compute=eff.gemm_compute, eff_memory=eff.memory)
+    # a KV format the device cannot compute in (FP8 KV on an A100) is dequantized in
+    # software inside the attention kernel: its reads stream at a fraction of the rate
+    soft = plan.kv_bytes < plan.act_bytes and not device.computes(plan.kv_dtype)
+    attn_mem = eff.memory * (engine.kv_dequant_efficiency if soft else 1.0)
+    attn = profile or Roofline(device, eff_compute=eff.attention_compute, eff_memory=attn_mem)
+    # query heads per KV head on one device (KV heads replicate when tp > kv_heads)
+    reads = (
+        1.0
+        if model.mla
+        else engine.decode_kv_reads(
+            model.heads / plan.tp, model.kv_heads / model.kv_shards(plan.tp)
+        )
+    )
+    return _Costing(gemm, attn, reads, engine, engine.collective_overhead_s)
+
+
+def _host_op(c: _Costing, device: Device, batch: Batch) -> OpTime | None:
+    if c.engine is None:
+        return None
+    t = np.asarray(
+        c.engine.host_overhead_s(device.id, batch.decode_seqs + batch.prefill_seqs)
+        + np.zeros(np.shape(batch.tokens)),
+        dtype=np.float64,
+    )
+    z = np.zeros_like(t)
+    return OpTime(HOST_OP, 1, z, z, z, z, z, t)
+
+
+def _time_op(
+    op: Op, prof: Roofline, device: Device, plan: ParallelPlan, comm_extra_s: float = 0.0
+) -> OpTime:
+    """Seconds of ``op`` (all its executions); ``comm_extra_s``: the engine's fixed cost
+    per collective call beyond the link model (launch, synchronization)."""
     n = op.count
     if op.kind == "comm":
         if op.name == "pp_p2p_nic":  # between stages on different nodes
@@ -114,6 +182,7 @@ def _time_op(op: Op, prof: Roofline, device: Device, plan: ParallelPlan) -> OpTi
         else:  # inside one stage's tensor-parallel group
             group, link = plan.tp, link_for_group(device, plan.tp)
         t = collective_time_s(op.collective, op.bytes, group=group, link=link, dtype=plan.act_dtype)  # type: ignore[arg-type]
+        t = t + comm_extra_s
         z = np.zeros_like(t)
         return OpTime(op.name, n, z, z, z, z, n * t, n * t)
     dtype = op.dtype if op.dtype and device.computes(op.dtype) else plan.act_dtype
@@ -134,23 +203,43 @@ def step_time(
     *,
     plan: ParallelPlan | None = None,
     profile: Roofline | None = None,
+    engine: Engine | None = None,
 ) -> StepTime:
     """Seconds for one iteration of ``batch`` on ``plan.tp`` devices, with breakdown.
 
     With ``plan.pp > 1``: the iteration of one virtual engine when every one of the
     ``pp`` carries ``batch`` (see the module docstring).
+
+    ``engine`` (``hardware.engine``): its kernel efficiencies per (device family, math
+    dtype) replace the default roofline's (attention has its own compute efficiency),
+    decode attention reads K/V ``engine.decode_kv_reads`` times, and its host overhead
+    per iteration is one more op (``host_overhead``, bound ``host``). ``None`` is the
+    engine-less model (the default roofline, shared K/V reads, no host time).
     """
     plan = plan or ParallelPlan()
     model.check_tp(plan.tp)
-    prof = profile or Roofline(device)
+    c = _costing(model, device, plan, profile, engine)
+    host = _host_op(c, device, batch)
     if plan.pp > 1:
-        return _pipeline_step(model, device, batch, plan, prof)
-    times = tuple(_time_op(op, prof, device, plan) for op in layer_ops(model, plan, batch))
+        return _pipeline_step(model, device, batch, plan, c, host)
+    times = tuple(
+        _time_op(op, c.profile(op), device, plan, c.comm_extra_s)
+        for op in layer_ops(model, plan, batch, decode_kv_reads=c.decode_kv_reads)
+    )
+    if host is not None:
+        times = (*times, host)
     total = sum((o.total_s for o in times), np.zeros(np.shape(batch.tokens)))
     return StepTime(np.asarray(total, dtype=np.float64), times)
 
 
-def stage_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch, stage: int) -> list[Op]:
+def stage_ops(
+    model: ModelSpec,
+    plan: ParallelPlan,
+    batch: Batch,
+    stage: int,
+    *,
+    decode_kv_reads: float = 1.0,
+) -> list[Op]:
     """Every operator stage ``stage`` of ``plan.pp`` runs for one micro-batch, on one device."""
     check_pp(model, plan.pp)
     stages = stage_models(model, plan.pp)
@@ -160,7 +249,7 @@ def stage_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch, stage: int) ->
     head = head_ops(model, plan, batch)
     return [
         *(head[:1] if stage == 0 else []),
-        *attention_ops(sub, plan, batch),
+        *attention_ops(sub, plan, batch, decode_kv_reads=decode_kv_reads),
         *mlp_ops(sub, plan, batch),
         elementwise_op(sub, plan, batch),
         *(head[1:] if stage == len(stages) - 1 else []),
@@ -202,7 +291,12 @@ def pipeline_hop_ops(
 
 
 def _pipeline_step(
-    model: ModelSpec, device: Device, batch: Batch, plan: ParallelPlan, prof: Roofline
+    model: ModelSpec,
+    device: Device,
+    batch: Batch,
+    plan: ParallelPlan,
+    c: _Costing,
+    host: OpTime | None,
 ) -> StepTime:
     pp = plan.pp
     node = scale_up_domain_size(device)
@@ -213,7 +307,10 @@ def _pipeline_step(
         )
     shape = np.shape(batch.tokens)
     stages = [
-        [_time_op(op, prof, device, plan) for op in stage_ops(model, plan, batch, s)]
+        [
+            _time_op(op, c.profile(op), device, plan, c.comm_extra_s)
+            for op in stage_ops(model, plan, batch, s, decode_kv_reads=c.decode_kv_reads)
+        ]
         for s in range(pp)
     ]
     stage_s = tuple(
@@ -222,8 +319,11 @@ def _pipeline_step(
     )
     slowest = np.argmax(np.stack(stage_s), axis=0)  # the bottleneck stage, per batch element
     hops = [
-        _time_op(op, prof, device, plan) for op in pipeline_hop_ops(model, plan, batch, device)
+        _time_op(op, c.gemm, device, plan, c.comm_extra_s)
+        for op in pipeline_hop_ops(model, plan, batch, device)
     ]
+    if host is not None:  # one scheduler step per virtual-engine iteration
+        hops.append(host)
     # the op counts are those of the stage that is slowest most often
     label = int(np.bincount(np.ravel(slowest), minlength=pp).argmax())
     names: list[str] = []

@@ -71,8 +71,8 @@ RANKS: dict[str, int] = {
     "perfmodel.step": 6,
     "perfmodel.serving": 7,
     "perfmodel.sim": 8,
-    "perfmodel.pd": 9, "perfmodel.cache": 9, "perfmodel.estimate": 9,
-    "perfmodel.validate": 9, "perfmodel.cost": 9,
+    "perfmodel.pd": 9, "perfmodel.cache": 9, "perfmodel.estimate": 9, "perfmodel.cost": 9,
+    "perfmodel.validate": 10,  # predicts static batches through perfmodel.estimate
     "solvers": 10,
     "reports": 11,
     "cli": 12,

@@ -1,0 +1,1 @@
+"""Engine data files (TOML), read by ``hardware.engine``."""

@@ -1,0 +1,136 @@
+"""Offline saturation throughput: every request queued at once, fixed lengths.
+
+This is what ``trtllm-bench throughput`` and vLLM's offline benchmark measure. The
+engine keeps ``b`` requests in flight, the largest batch its caps allow::
+
+    b = min(max_num_seqs, max_num_batched_tokens, ⌊M / kv_per_request⌋)   (per virtual engine)
+
+with ``M`` the KV capacity of one virtual engine (``memory_fit`` with the engine) and
+``kv_per_request = s + o`` when the scheduler reserves a request's whole KV at admission
+(TensorRT-LLM's guaranteed-no-evict), ``s + o/2`` — the mean occupancy — when blocks are
+allocated as the request grows (vLLM, preempting when the cache runs out).
+
+In steady state every iteration decodes ``b`` requests at the mean context ``s + o/2``
+and ``b/o`` requests finish and are replaced, so ``p = b·s/o`` prompt tokens enter per
+iteration on average. Where prompts share iterations with decodes (in-flight batching,
+chunked prefill), a fraction ``φ = p/(B − b)`` of iterations carries a full budget of
+``B − b`` prompt tokens (``φ ≤ 1``; beyond that every iteration carries ``p``)::
+
+    t̄ = (1 − φ)·t(b decodes) + φ·t(b decodes + (B − b) prompt tokens)
+
+Otherwise (prefill-first scheduling, vLLM V0) prompts run in their own iterations of
+``k = max(1, ⌊B/s⌋)`` whole prompts: ``t̄ = t(b decodes) + (b/o)/k · t(k prompts)``.
+Averaging iteration times (not the time of the average batch) keeps the jump from a
+memory-bound decode step to a compute-bound mixed step. Output tokens per second are
+``pp·b/t̄`` (``pp`` virtual engines, each with its own batch).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from hardware.device import Device
+from hardware.engine import Engine
+from perfmodel.errors import InfeasibleError, SpecError
+from perfmodel.memory import DEFAULT_MAX_BATCHED_TOKENS, describe_shortfall
+from perfmodel.model import ModelSpec
+from perfmodel.plan import ParallelPlan
+from perfmodel.step.batch import Batch
+from perfmodel.step.instance import Instance
+
+
+@dataclass(frozen=True)
+class OfflineThroughput:
+    """Saturation throughput of one instance and the batch that sets it."""
+
+    output_tokens_per_s: float
+    total_tokens_per_s: float  # (input + output) tokens/s
+    requests_per_s: float
+    batch: int  # requests in flight per virtual engine
+    binding: str  # "kv_cache" | "max_num_seqs" | "max_num_batched_tokens"
+    kv_capacity_tokens: int
+    iteration_s: float  # mean iteration time t̄
+    decode_step_s: float
+    prefill_share: float  # fraction of t̄ due to prompt tokens
+    engine: str  # engine id, "" for the engine-less model
+
+    def to_dict(self) -> dict[str, object]:
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def offline_throughput(
+    model: ModelSpec,
+    device: Device,
+    plan: ParallelPlan,
+    *,
+    input_len: int,
+    output_len: int,
+    engine: Engine | None = None,
+) -> OfflineThroughput:
+    """Throughput with every request queued (see the module docstring).
+
+    ``engine=None``: no batch cap, a budget of ``DEFAULT_MAX_BATCHED_TOKENS``, mixed
+    iterations and whole-request KV reservation.
+    """
+    for name, v in (("input length", input_len), ("output length", output_len)):
+        if not (isinstance(v, int | np.integer) and v > 0):
+            raise SpecError(f"{name} must be a positive integer, got {v!r}")
+    s, o = int(input_len), int(output_len)
+    inst = Instance(model, device, plan, engine=engine)
+    fit = inst.memory_fit()
+    if fit.kv_capacity_tokens <= 0:
+        raise InfeasibleError(describe_shortfall(fit, model, device, plan.tp))
+    B = engine.max_num_batched_tokens if engine else DEFAULT_MAX_BATCHED_TOKENS
+    cap = engine.max_num_seqs if engine else math.inf
+    mixed = engine.chunked_prefill if engine else True
+    per_req = s + o if engine is None or engine.kv_reservation == "full" else s + o / 2
+    m_ve = fit.kv_capacity_tokens // plan.pp
+    limits = {
+        "kv_cache": m_ve // per_req,
+        "max_num_seqs": cap,
+        "max_num_batched_tokens": B if mixed else math.inf,
+    }
+    binding = min(limits, key=lambda k: limits[k])
+    b = int(limits[binding])
+    if b < 1:
+        raise InfeasibleError(
+            f"one request of {s}+{o} tokens needs {per_req:.0f} KV tokens; "
+            f"{model.id} on {device.id} holds {m_ve} per virtual engine"
+        )
+
+    def t(batch: Batch) -> float:
+        return float(inst.iteration_s(batch))
+
+    ctx = s + o / 2
+    dec = Batch.decode(b, ctx)
+    t_dec = t(dec)
+    p = b * s / o  # prompt tokens entering per iteration
+    room = B - b
+    if mixed and room >= 1:
+        chunk = float(room)
+        phi = p / chunk
+        if s <= chunk:
+            prompts = Batch.prefill(chunk / s, s)
+        else:  # a chunk of a long prompt over the half already cached, on average
+            prompts = Batch.prefill(1, chunk, (s - chunk) / 2)
+        t_mix = t(dec + prompts)
+        t_bar = (1 - phi) * t_dec + phi * t_mix if phi <= 1 else t_mix
+    else:
+        k = max(1, B // s)
+        t_bar = t_dec + (b / o) / k * t(Batch.prefill(k, s))
+    out = plan.pp * b / t_bar
+    return OfflineThroughput(
+        output_tokens_per_s=out,
+        total_tokens_per_s=out * (s + o) / o,
+        requests_per_s=out / o,
+        batch=b,
+        binding=binding,
+        kv_capacity_tokens=fit.kv_capacity_tokens,
+        iteration_s=t_bar,
+        decode_step_s=t_dec,
+        prefill_share=max(0.0, 1 - t_dec / t_bar),
+        engine=engine.id if engine else "",
+    )

@@ -1,0 +1,192 @@
+"""Engine models: loader, and each engine term derived by hand."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from hardware.device import load_device
+from hardware.engine import Engine, device_family, load_engine
+from perfmodel.errors import SpecError
+from perfmodel.memory import activation_reserve_bytes, memory_fit, weight_bytes_per_device
+from perfmodel.model import load_model
+from perfmodel.plan import ParallelPlan
+from perfmodel.serving.offline import offline_throughput
+from perfmodel.step.batch import Batch
+from perfmodel.step.time import HOST_OP, step_time
+
+
+def test_loader_picks_the_file_by_version() -> None:
+    assert load_engine("trtllm@0.5").id == "trtllm-0.5"
+    assert load_engine("trtllm@0.6.1").id == "trtllm-0.5"
+    assert load_engine("trtllm@0.13").id == "trtllm"
+    assert load_engine("trtllm").id == "trtllm"  # the default file of the family
+    assert load_engine(None).id == "vllm"  # the default engine
+    assert load_engine("sglang").family == "sglang"
+    with pytest.raises(SpecError, match="unknown engine"):
+        load_engine("tgi")
+    with pytest.raises(SpecError, match="covers version"):
+        load_engine("trtllm@0.1")
+
+
+def test_every_engine_file_states_sources() -> None:
+    for name in ("trtllm", "trtllm@0.5", "vllm", "sglang"):
+        e = load_engine(name)
+        assert e.sources, name
+        assert e.path.endswith(".toml")
+
+
+def test_families() -> None:
+    assert device_family("h100-sxm") == "hopper"
+    assert device_family("a100-sxm-80gb") == "ampere"
+    assert device_family("mi250") == "cdna2"
+    assert device_family("my-own-chip") == "other"
+
+
+def _sharing(s: float) -> Engine:
+    return replace(load_engine("trtllm@0.5"), gqa_kv_sharing=s)
+
+
+def test_decode_kv_reads_formula() -> None:
+    # g = 8 query heads per KV head: 1 + (g − 1)(1 − s)
+    assert _sharing(0.0).decode_kv_reads(64, 8) == 8.0
+    assert _sharing(1.0).decode_kv_reads(64, 8) == 1.0
+    assert _sharing(0.5).decode_kv_reads(64, 8) == 4.5
+    assert _sharing(0.0).decode_kv_reads(32, 32) == 1.0  # MHA: nothing to share
+
+
+def test_gqa_per_query_head_read_bytes_llama2_70b_tp4_bs64_ctx2048() -> None:
+    """Hand-derived: Llama-2-70B (64 query heads, 8 KV heads, head_dim 128) on TP4 holds
+    2 KV heads and 16 query heads per device (g = 8). A decode step of 64 requests at
+    context 2,048 reads 64·2048 tokens · (2 KV heads · 2 (K,V) · 128) elements · 1 B (FP8)
+    = 67,108,864 B per layer when a group shares its read; reading once per query head
+    adds 7 × that = 469,762,048 B per layer, 80 layers."""
+    m, d = load_model("llama-2-70b"), load_device("h100-sxm")
+    plan = ParallelPlan(4, "fp8", "fp8", "fp8")
+    b = Batch.decode(64, 2048)
+    shared = step_time(m, d, b, plan=plan, engine=_sharing(1.0)).op("attention")
+    per_head = step_time(m, d, b, plan=plan, engine=_sharing(0.0)).op("attention")
+    assert per_head.count == 80
+    assert float(per_head.bytes - shared.bytes) == pytest.approx(80 * 7 * 67_108_864, rel=1e-12)
+    # and the engine-less model reads once per KV head, like s = 1
+    none = step_time(m, d, b, plan=plan).op("attention")
+    assert float(none.bytes) == pytest.approx(float(shared.bytes), rel=1e-12)
+
+
+def test_host_overhead_is_fixed_plus_per_request() -> None:
+    e = replace(
+        load_engine("vllm"),
+        iteration_overhead_by_family={"hopper": 1.5e-3},
+        per_request_overhead_s=20e-6,
+    )
+    zero = replace(
+        e, iteration_overhead_by_family={}, iteration_overhead_s=0.0, per_request_overhead_s=0.0
+    )
+    m, d = load_model("llama-3.1-8b"), load_device("h100-sxm")
+    b = Batch.decode(np.array([1.0, 100.0]), 1000) + Batch.prefill(np.array([0.0, 2.0]), 512)
+    t = step_time(m, d, b, engine=e)
+    t0 = step_time(m, d, b, engine=zero)
+    # 1.5 ms + 20 µs · (1 | 100 decodes + 0 | 2 prompts)
+    np.testing.assert_allclose(t.total_s - t0.total_s, [1.5e-3 + 20e-6, 1.5e-3 + 102 * 20e-6])
+    assert t.op(HOST_OP).bound.tolist() == ["host", "host"]
+    assert set(t.by_bound()) == {"compute", "memory", "comm", "host"}
+    assert set(step_time(m, d, b).by_bound()) == {"compute", "memory", "comm"}
+
+
+def test_kernel_efficiencies_replace_the_roofline_defaults() -> None:
+    """A 2,048-token FP8 prefill on an H100 is compute-bound: GEMM time scales as
+    1/eff_compute (0.80 default -> the engine's hopper/fp8 value)."""
+    e = load_engine("trtllm")
+    eff = e.kernel_efficiency("h100-sxm", "fp8").gemm_compute
+    m, d = load_model("llama-3.1-8b"), load_device("h100-sxm")
+    plan = ParallelPlan(1, "fp8", "fp8", "fp8")
+    b = Batch.prefill(1, 2048)
+    a = step_time(m, d, b, plan=plan).op("mlp_up")
+    c = step_time(m, d, b, plan=plan, engine=e).op("mlp_up")
+    assert float(c.compute_s) == pytest.approx(float(a.compute_s) * 0.80 / eff, rel=1e-12)
+
+
+def test_free_memory_basis_kv_budget() -> None:
+    """TensorRT-LLM: KV = 0.9 · (HBM − weights − activation reserve), whole 64-token blocks."""
+    e = load_engine("trtllm")
+    m, d = load_model("llama-3.1-8b"), load_device("h100-sxm")
+    plan = ParallelPlan(1)
+    fit = memory_fit(m, d, plan, engine=e)
+    w = weight_bytes_per_device(m, plan)
+    r = activation_reserve_bytes(m, plan, e.max_num_batched_tokens)
+    kv_tok = 32 * 2 * 8 * 128 * 2  # layers · (K,V) · KV heads · head_dim · bf16 bytes
+    expect = int(0.9 * (d.hbm_bytes - w - r) // kv_tok) // 64 * 64
+    assert fit.kv_capacity_tokens == expect
+    assert fit.kv_capacity_tokens % 64 == 0
+
+
+def test_offline_batch_caps() -> None:
+    m, d = load_model("llama-3.1-8b"), load_device("h100-sxm")
+    plan = ParallelPlan(1)
+    v = offline_throughput(m, d, plan, input_len=128, output_len=128, engine=load_engine("vllm"))
+    assert v.binding == "max_num_seqs" and v.batch == 256
+    t = load_engine("trtllm")
+    r = offline_throughput(m, d, plan, input_len=1000, output_len=1000, engine=t)
+    cap = memory_fit(m, d, plan, engine=t).kv_capacity_tokens
+    assert r.binding == "kv_cache" and r.batch == cap // 2000  # whole request reserved
+    # incremental reservation admits by mean occupancy s + o/2
+    inc = replace(t, kv_reservation="incremental")
+    r2 = offline_throughput(m, d, plan, input_len=1000, output_len=1000, engine=inc)
+    assert r2.batch == cap // 1500
+    assert r.output_tokens_per_s == pytest.approx(r.batch / r.iteration_s)
+
+
+def test_collective_overhead_per_call() -> None:
+    """Llama-2-70B on TP4 makes 2 all-reduces per layer (80 layers) and one logits
+    all-gather per iteration: 161 collective calls, each charged the engine's fixed cost."""
+    e = replace(load_engine("trtllm"), collective_overhead_s=10e-6)
+    e0 = replace(e, collective_overhead_s=0.0)
+    m, d = load_model("llama-2-70b"), load_device("h100-sxm")
+    plan = ParallelPlan(4)
+    b = Batch.decode(8, 1024)
+    dt = (
+        step_time(m, d, b, plan=plan, engine=e).total_s
+        - step_time(m, d, b, plan=plan, engine=e0).total_s
+    )
+    assert float(dt) == pytest.approx(161 * 10e-6, rel=1e-9)
+    # one device: no collectives, nothing charged
+    one = ParallelPlan(1)
+    m8 = load_model("llama-3.1-8b")
+    assert float(step_time(m8, d, b, plan=one, engine=e).total_s) == pytest.approx(
+        float(step_time(m8, d, b, plan=one, engine=e0).total_s), rel=1e-12
+    )
+
+
+def test_software_dequantized_kv_reads_slower() -> None:
+    """FP8 KV on an A100 (no FP8 math): decode attention streams its bytes at
+    ``kv_dequant_efficiency`` of the engine's memory efficiency; on an H100 it does not."""
+    e = replace(load_engine("vllm"), kv_dequant_efficiency=0.25)
+    m = load_model("llama-3.1-8b")
+    b = Batch.decode(64, 2048)
+    plan = ParallelPlan(1, "fp16", "fp16", "fp8")
+    a100 = load_device("a100-sxm-80gb")
+    slow = step_time(m, a100, b, plan=plan, engine=e).op("attention")
+    fast = step_time(m, a100, b, plan=plan, engine=replace(e, kv_dequant_efficiency=1.0))
+    assert float(slow.memory_s) == pytest.approx(4 * float(fast.op("attention").memory_s))
+    h100 = load_device("h100-sxm")
+    x = step_time(m, h100, b, plan=plan, engine=e).op("attention")
+    y = step_time(m, h100, b, plan=plan, engine=replace(e, kv_dequant_efficiency=1.0))
+    assert float(x.memory_s) == pytest.approx(float(y.op("attention").memory_s))
+
+
+def test_accuracy_note_quotes_the_stored_validation() -> None:
+    prov = {
+        "leave_one_model_out": {"rows": 10, "median_abs_error_pct": 7.2, "p90_abs_error_pct": 20.4},
+        "leave_one_device_out": {
+            "rows": 10,
+            "median_abs_error_pct": 11.0,
+            "p90_abs_error_pct": 31.0,
+        },
+    }
+    e = replace(load_engine("vllm"), provenance=prov, calibrated=("hopper/fp16",))
+    assert "calibrated: expect ±7 % median, ±20 % p90" in e.accuracy_note("h100-sxm", "fp16")
+    note = e.accuracy_note("mi300x", "fp16")
+    assert "uncalibrated on cdna3/fp16" in note and "±11 %" in note
+    assert "not calibrated" in replace(e, provenance={}).accuracy_note("h100-sxm", "fp16")
