@@ -33,6 +33,7 @@ from perfmodel.workload.lengths import lognormal_lengths
 from perfmodel.workload.presets import PRESETS, Workload
 from perfmodel.workload.slo import SLO
 from solvers.fleet.cache import Job, cached, digest, run_jobs
+from solvers.pd.enumerate import valid_tps
 
 PLAN_LENGTH_ATOMS = 64
 TP_CANDIDATES = (1, 2, 4, 8)
@@ -141,16 +142,7 @@ def tp_degrees(model: ModelSpec, device: Device, tps: Sequence[int] = TP_CANDIDA
     domain = scale_up_domain_size(device)
     if domain == 1:
         domain = PCIE_HOST_DEVICES
-    out = []
-    for tp in tps:
-        if tp > domain:
-            continue
-        try:
-            model.check_tp(tp)
-        except SpecError:
-            continue
-        out.append(tp)
-    return out
+    return valid_tps(model, [tp for tp in tps if tp <= domain])
 
 
 def _key_device(d: Device) -> Device:
