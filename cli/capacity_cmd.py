@@ -19,6 +19,7 @@ from cli.options import (
     DEFAULT_WORKLOAD,
     ArrivalCvOpt,
     ChunkSizeOpt,
+    EngineOpt,
     GoalOpt,
     HardwareOpt,
     KvCapacityOpt,
@@ -36,6 +37,7 @@ from cli.options import (
     build_instance,
     build_slo,
     build_workload,
+    engine_note,
 )
 from cli.plan_options import plan_label
 from perfmodel.units import MS_PER_S
@@ -71,6 +73,7 @@ def capacity_cmd(
     ep: po.EpOpt = 1,
     dp: po.DpOpt = 1,
     trace_model: po.TraceModelOpt = None,
+    engine: EngineOpt = None,
     json_out: bool = JsonOpt,
 ) -> None:
     """Service rate μ and its binding bound, stability, latency, goodput, instances needed."""
@@ -89,6 +92,7 @@ def capacity_cmd(
             attn_dtype=attn_dtype,
             ep=ep,
             dp=dp,
+            engine=engine,
         ),
         build_workload(workload, trace, arrival_cv, trace_model),
         build_slo(ttft_slo_ms, tpot_slo_ms, slo_percentile, goal),
@@ -98,9 +102,11 @@ def capacity_cmd(
         max_batched_tokens=max_batched_tokens,
         chunk_size=chunk_size,
     )
+    note = engine_note(rep.instance)
     if json_out:
-        echo_json(rep.to_dict())
+        echo_json({**rep.to_dict(), "engine_accuracy": note})
         return
+    typer.echo(f"engine: {note}")
     _render_capacity(rep)
 
 
@@ -188,6 +194,7 @@ def simulate_cmd(
     ep: po.EpOpt = 1,
     dp: po.DpOpt = 1,
     trace_model: po.TraceModelOpt = None,
+    engine: EngineOpt = None,
     json_out: bool = JsonOpt,
 ) -> None:
     """Discrete-event simulation: TTFT/TPOT/E2E distributions, throughput, queue growth."""
@@ -208,6 +215,7 @@ def simulate_cmd(
         attn_dtype=attn_dtype,
         ep=ep,
         dp=dp,
+        engine=engine,
     )
     m, d, plan = inst.model, inst.device, inst.plan
     w = build_workload(workload, trace, arrival_cv, trace_model)
@@ -271,9 +279,11 @@ def simulate_cmd(
             for k, v in dists.items()
         },
     }
+    out["engine"] = inst.engine.id if inst.engine else None
     if json_out:
         echo_json(out)
         return
+    typer.echo(f"engine: {engine_note(inst)}")
     _render_simulation(out)
 
 

@@ -104,10 +104,27 @@ PER_COMMAND_DEFAULTS = {
 }
 
 
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Serving engine (trtllm, vllm, sglang, NAME@version, or a TOML path); "
+        "default: none (the engine-less roofline, 25-110 % optimistic against real engines)."
+    ),
+]
+NO_ENGINE_NOTE = "none (engine-less roofline: 25-110 % optimistic against published engines)"
+
+
+def engine_note(inst: Instance) -> str:
+    """The engine an answer was modelled with, and the error to expect from validation."""
+    eng = inst.engine
+    return eng.accuracy_note(inst.device.id, inst.plan.act_dtype) if eng else NO_ENGINE_NOTE
+
+
 def build_instance(
     model: str, hardware: str, tp: int = 1, pp: int = 1, *, dtype: str | None = None,
     act_dtype: str | None = None, kv_dtype: str | None = None,
     expert_dtype: str | None = None, attn_dtype: str | None = None, ep: int = 1, dp: int = 1,
+    engine: str | None = None,
 ) -> Instance:  # fmt: skip
     """The instance the options describe (model and device by id or file); the formats
     follow ``perfmodel.plan.resolve_precision``, whose notes go to stderr."""
@@ -130,7 +147,12 @@ def build_instance(
     )  # fmt: skip
     for note in (*prec.notes, *m.warnings):
         typer.echo(f"note: {note}", err=True)
-    return Instance(m, d, plan)
+    eng = None
+    if engine is not None:
+        from hardware.engine import load_engine
+
+        eng = load_engine(engine)
+    return Instance(m, d, plan, engine=eng)
 
 
 def build_workload(

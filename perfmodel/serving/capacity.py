@@ -56,6 +56,7 @@ class CapacityReport:
         return {
             "model": self.instance.model.id,
             "hardware": self.instance.device.id,
+            "engine": self.instance.engine.id if self.instance.engine else None,
             "tp": plan.tp,
             "pp": plan.pp,
             "devices_per_instance": plan.devices,

@@ -58,3 +58,21 @@ def test_simulate_json() -> None:
     assert d["completed"] == 1500 and d["rejected"] == 0
     assert d["ttft"]["p50_ms"] <= d["ttft"]["p99_ms"]
     assert abs(d["throughput_per_s"] / d["rate_per_s"] - 1) < 0.1
+
+
+def test_capacity_names_its_engine_and_the_engine_changes_the_answer() -> None:
+    from typer.testing import CliRunner
+
+    from cli.main import app
+
+    runner = CliRunner()
+    plain = runner.invoke(app, ["capacity", "--json"])
+    vllm = runner.invoke(app, ["capacity", "--engine", "vllm", "--json"])
+    assert plain.exit_code == 0 and vllm.exit_code == 0, vllm.output
+    a, b = json.loads(plain.stdout), json.loads(vllm.stdout)
+    assert a["engine"] is None and "engine-less roofline" in a["engine_accuracy"]
+    assert b["engine"] == "vllm" and "expect" in b["engine_accuracy"]
+    # host overhead and kernel efficiencies of a real engine can only slow the instance
+    assert b["service_rate_per_s"] < 0.9 * a["service_rate_per_s"]
+    bad = runner.invoke(app, ["capacity", "--engine", "carrier-pigeon"])
+    assert bad.exit_code == 2 and "carrier-pigeon" in bad.output
