@@ -26,6 +26,7 @@ from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
 from perfmodel.step.instance import Instance
 from perfmodel.step.time import StepTime
+from perfmodel.units import ms
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,48 @@ class Estimate:
     ridge_flop_per_byte: float
     memory: MemoryFit
     micro_batch: int = 0  # requests per virtual engine: ⌈batch/pp⌉ (= batch when pp = 1)
+
+    def to_dict(self) -> dict[str, object]:
+        e = self
+        f = e.memory
+        return {
+            "model": e.model.id,
+            "hardware": e.device.id,
+            "tp": e.plan.tp,
+            "pp": e.plan.pp,
+            "devices": e.plan.devices,
+            "micro_batch": e.micro_batch,
+            "dtypes": {
+                "weight": e.plan.weight_dtype, "act": e.plan.act_dtype, "kv": e.plan.kv_dtype,
+            },
+            "batch": e.batch,
+            "input_len": e.input_len,
+            "output_len": e.output_len,
+            "ttft_ms": ms(e.ttft_s),
+            "tpot_ms": ms(e.tpot_s),
+            "e2e_ms": ms(e.e2e_s),
+            "output_tokens_per_s": e.output_tokens_per_s,
+            "decode_arith_intensity_flop_per_byte": e.decode_arith_intensity,
+            "ridge_flop_per_byte": e.ridge_flop_per_byte,
+            "decode_bound_s": {k: float(v) for k, v in e.decode_mid.by_bound().items()},
+            "prefill_bound_s": {k: float(v) for k, v in e.prefill.by_bound().items()},
+            "memory": {
+                "fits": f.fits,
+                "capacity_bytes": f.capacity_bytes,
+                "usable_bytes": f.usable_bytes,
+                "weight_bytes_per_device": f.weight_bytes,
+                "activation_reserve_bytes": f.reserve_bytes,
+                "kv_bytes_per_token_per_device": f.kv_bytes_per_token,
+                "kv_capacity_tokens": f.kv_capacity_tokens,
+                "max_batch_at_context": f.max_batch(e.input_len + e.output_len),
+                "shortfall_bytes": f.shortfall_bytes,
+                "min_tp": f.min_tp,
+                "min_pp": f.min_pp,
+                "binding_stage": f.stage,
+            },
+            "decode_breakdown": op_breakdown(e.decode_mid),
+            "prefill_breakdown": op_breakdown(e.prefill),
+        }
 
 
 def estimate(
@@ -90,3 +133,19 @@ def estimate(
         memory=fit,
         micro_batch=mb,
     )
+
+
+def op_breakdown(step: StepTime) -> list[dict[str, object]]:
+    """Per-operator times of a step (ms) and what bounds each, for reports and JSON."""
+    return [
+        {
+            "op": o.name,
+            "count": o.count,
+            "compute_ms": ms(float(o.compute_s)),
+            "memory_ms": ms(float(o.memory_s)),
+            "comm_ms": ms(float(o.comm_s)),
+            "total_ms": ms(float(o.total_s)),
+            "bound": str(o.bound),
+        }
+        for o in step.ops
+    ]
