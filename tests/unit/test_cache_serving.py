@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from hardware.device import load_device
+from perfmodel.cache.hitrate import popularity_activation
 from perfmodel.cache.offload import (
     _mean_chunk_tokens,
     mean_fetch_s,
@@ -17,7 +18,6 @@ from perfmodel.cache.serving import (
     budget_context,
     evaluate_engine,
     offloaded_experts,
-    popularity_activation,
 )
 from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
