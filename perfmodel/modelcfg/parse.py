@@ -257,7 +257,16 @@ def spec_fields(cfg: dict[str, Any], *, id: str = "", where: str = "") -> dict[s
     vocab = _a(cfg, where, "vocab")
     act = str(_get(cfg, "hidden_act", "activation_function", default="silu")).lower()
     gated = act in ("silu", "swiglu", "gelu_pytorch_tanh", "geglu", "gelu") and family != "opt"
-    if family in ("opt", "gpt2", "nemotron_h") or act in ("relu2",):
+    if family in (
+        "opt",
+        "gpt2",
+        "gptj",
+        "gpt_neox",
+        "falcon",
+        "bloom",
+        "phi",
+        "nemotron_h",
+    ) or act in ("relu2",):
         gated = False
     intermediate = _int(
         cfg, where, "intermediate_size_mlp", "intermediate_size", "ffn_dim", default=4 * hidden
