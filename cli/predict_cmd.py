@@ -13,6 +13,7 @@ import typer
 from cli.common import JsonOpt, echo_json, handle_errors, write_atomic
 from hardware.device import load_device
 from hardware.roofline import Roofline
+from perfmodel.datafile import parse_int, read_csv
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
 from perfmodel.units import MS_PER_S
@@ -22,39 +23,29 @@ app = typer.Typer(
 )
 
 
+#: Largest GEMM dimension accepted in a shapes CSV (far beyond any real kernel).
+MAX_GEMM_DIM = 2**31
+
+
 def read_gemm_shapes(path: Path) -> tuple[list[dict[str, str]], list[str], np.ndarray, list[str]]:
     """Rows, header, an (n, 3) array of m, n, k, and per-row dtype names."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise SpecError(f"cannot read {path}: {e.strerror}") from None
-    reader = csv.DictReader(io.StringIO(text))
-    header = list(reader.fieldnames or [])
-    missing = [c for c in ("m", "n", "k") if c not in header]
-    if missing:
-        raise SpecError(f"{path}: missing column(s) {', '.join(missing)}; need m,n,k[,dtype]")
-    rows = list(reader)
-    if not rows:
-        raise SpecError(f"{path}: no data rows")
-    shapes = np.empty((len(rows), 3))
+    tab = read_csv(path, what="shapes CSV", required=("m", "n", "k"))
+    header = list(tab.header)
+    shapes = np.empty((len(tab), 3))
     dtypes = []
-    for i, r in enumerate(rows):
-        line = i + 2
+    has_dtype = "dtype" in header
+    for i, (line, r) in enumerate(tab):
+        where = tab.where(line)
         for j, c in enumerate(("m", "n", "k")):
-            v = r.get(c)
-            try:
-                x = float(v)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                raise SpecError(f"{path}:{line}: column {c} = {v!r} is not a number") from None
-            if not x > 0 or x != int(x):
-                raise SpecError(f"{path}:{line}: column {c} = {v!r} must be a positive integer")
-            shapes[i, j] = x
-        dt = (r.get("dtype") or "bf16").strip()
+            shapes[i, j] = parse_int(
+                r[header.index(c)], where=where, name=c, min_value=1, max_value=MAX_GEMM_DIM
+            )
+        dt = (r[header.index("dtype")] if has_dtype else "") or "bf16"
         try:
             dtypes.append(get_dtype(dt).name)
         except SpecError as e:
-            raise SpecError(f"{path}:{line}: {e}") from None
-    return rows, header, shapes, dtypes
+            raise SpecError(f"{where}: {e}") from None
+    return tab.to_dicts(), header, shapes, dtypes
 
 
 def predict_gemm_ms(
@@ -117,15 +108,17 @@ def gemm_cmd(
     """Predict GEMM latency (ms) for every row of a shapes CSV."""
     rows, header, shapes, dtypes = read_gemm_shapes(input)
     lat = predict_gemm_ms(hardware, shapes, dtypes, profile=profile)
+    # A measured latency_ms column is kept; the prediction then goes next to it.
+    col = "predicted_latency_ms" if "latency_ms" in header else "latency_ms"
     if json_out:
-        echo_json([{**r, "latency_ms": float(t)} for r, t in zip(rows, lat, strict=True)])
+        echo_json([{**r, col: float(t)} for r, t in zip(rows, lat, strict=True)])
         return
     buf = io.StringIO()
-    fields = [*header, "latency_ms"] if "latency_ms" not in header else header
+    fields = [*header, col] if col not in header else header
     w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n")
     w.writeheader()
     for r, t in zip(rows, lat, strict=True):
-        w.writerow({**r, "latency_ms": f"{t:.6g}"})
+        w.writerow({**r, col: f"{t:.6g}"})
     if output is None:
         typer.echo(buf.getvalue(), nl=False)
     else:

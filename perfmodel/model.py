@@ -8,6 +8,7 @@ leading dense layers (Mixtral, Qwen-MoE, DeepSeek, Llama-4).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -236,9 +237,68 @@ def _int(cfg: dict[str, Any], where: str, *keys: str, default: int | None = None
     v = _get(cfg, *keys, default=default)
     if v is None:
         raise SpecError(f"{where}: missing field {keys[0]!r}")
-    if isinstance(v, bool) or not isinstance(v, int | float) or v != int(v) or v < 0:
-        raise SpecError(f"{where}: field {keys[0]!r} must be a non-negative integer, got {v!r}")
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, int | float)
+        or not math.isfinite(v)
+        or v != int(v)
+        or not 0 <= v <= MAX_CONFIG_INT
+    ):
+        raise SpecError(
+            f"{where}: field {keys[0]!r} must be an integer in [0, {MAX_CONFIG_INT}], got {v!r}"
+        )
     return int(v)
+
+
+#: Largest size field a config may hold (2**31: beyond every published model by far).
+MAX_CONFIG_INT = 2**31
+
+_ENCODER_ONLY = {
+    "bert", "roberta", "xlm-roberta", "distilbert", "albert", "electra", "deberta",
+    "deberta-v2", "modernbert", "camembert", "mpnet", "ernie", "nomic_bert",
+}  # fmt: skip
+_SSM = {"mamba", "mamba2", "falcon_mamba", "jamba", "zamba", "zamba2", "bamba", "nemotron_h"}
+_ATTENTION_LAYER_TYPES = {"full_attention", "sliding_attention", "attention", "chunked_attention"}
+
+
+def check_architecture(cfg: dict[str, Any], *, where: str) -> None:
+    """Refuse what the model would get wrong: it models decoder-only transformers.
+
+    Encoder-only and encoder-decoder models (no autoregressive decode, no KV cache growth),
+    state-space (Mamba) layers and linear-attention layers (constant state, not a KV cache
+    per token) are refused with the reason, rather than modelled as attention.
+    """
+    family = str(cfg.get("model_type", "")).lower()
+    archs = cfg.get("architectures") or []
+    archs = [str(a) for a in archs] if isinstance(archs, list) else [str(archs)]
+    if family in _ENCODER_ONLY or any(a.endswith("ForMaskedLM") for a in archs):
+        raise SpecError(
+            f"{where}: model_type {family!r} is encoder-only; perfmodel models decoder-only "
+            "LLMs (autoregressive decode with a KV cache), not encoders"
+        )
+    if cfg.get("is_encoder_decoder") is True or family in ("t5", "mt5", "bart", "mbart", "umt5"):
+        raise SpecError(
+            f"{where}: {family or 'this model'} is an encoder-decoder; perfmodel models "
+            "decoder-only LLMs"
+        )
+    ssm_keys = [k for k in ("ssm_cfg", "mamba_d_state", "attn_layer_period", "layers_block_type",
+                            "hybrid_override_pattern", "mamba_expand") if k in cfg]  # fmt: skip
+    if family in _SSM or ssm_keys:
+        raise SpecError(
+            f"{where}: {family or 'this model'} has state-space (Mamba) layers"
+            f"{' (' + ', '.join(ssm_keys) + ')' if ssm_keys else ''}; perfmodel models "
+            "attention layers only and would treat them as attention with a KV cache"
+        )
+    lt = cfg.get("layer_types")
+    if isinstance(lt, list):
+        other = sorted({str(t) for t in lt} - _ATTENTION_LAYER_TYPES)
+        if other:
+            n = sum(str(t) in other for t in lt)
+            raise SpecError(
+                f"{where}: {n} of {len(lt)} layers are {', '.join(other)} (layer_types); "
+                "perfmodel models softmax-attention layers only (their constant-size state "
+                "is not a KV cache per token)"
+            )
 
 
 def model_from_config(cfg: dict[str, Any], *, id: str = "", where: str = "") -> ModelSpec:
@@ -247,6 +307,7 @@ def model_from_config(cfg: dict[str, Any], *, id: str = "", where: str = "") -> 
         cfg = {**cfg, **cfg["text_config"]}
     mid = id or str(cfg.get("id") or cfg.get("_name_or_path") or "custom")
     where = where or f"model {mid!r}"
+    check_architecture(cfg, where=where)
     family = str(cfg.get("model_type", "")).lower()
     hidden = _int(cfg, where, "hidden_size", "d_model", "n_embd")
     layers = _int(cfg, where, "num_hidden_layers", "n_layer", "num_layers")
@@ -300,7 +361,10 @@ def model_from_config(cfg: dict[str, Any], *, id: str = "", where: str = "") -> 
             )
             or 1
         )
-        only_mlp = set(_get(cfg, "mlp_only_layers", default=[]) or [])
+        only_raw = _get(cfg, "mlp_only_layers", default=[]) or []
+        if not isinstance(only_raw, list) or not all(isinstance(i, int) for i in only_raw):
+            raise SpecError(f"{where}: field 'mlp_only_layers' must be a list of layer indices")
+        only_mlp = set(only_raw)
         if family.startswith("llama4"):
             moe_layers = tuple(i for i in range(layers) if (i + 1) % step == 0)
         else:
@@ -348,11 +412,19 @@ def model_from_config(cfg: dict[str, Any], *, id: str = "", where: str = "") -> 
         learned_pos_embeddings=learned_pos,
         mla=mla,
         moe=moe,
-        published_params=float(published) if published else None,
-        published_active_params=float(published_active) if published_active else None,
+        published_params=_opt_float(published, where, "published_params"),
+        published_active_params=_opt_float(published_active, where, "published_active_params"),
         sources=tuple(str(s) for s in cfg.get("sources", ())),
         raw=cfg,
     )
+
+
+def _opt_float(v: Any, where: str, key: str) -> float | None:
+    if not v:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
+        raise SpecError(f"{where}: field {key!r} must be a positive number, got {v!r}")
+    return float(v)
 
 
 def load_model_file(path: str | Path) -> ModelSpec:

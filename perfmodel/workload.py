@@ -46,7 +46,6 @@ Token counts must be positive integers (an output of at least one token).
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -56,6 +55,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from perfmodel.datafile import parse_float, parse_int, read_csv
 from perfmodel.errors import SpecError
 
 Arr = NDArray[np.float64]
@@ -196,12 +196,13 @@ class RenewalArrivals:
 
     def __post_init__(self) -> None:
         check_rate(self.rate_per_s)
-        if not (math.isfinite(self.cv) and self.cv > 0):
-            raise SpecError(f"arrival CV must be > 0, got {self.cv}")
+        check_cv(self.cv)
 
     def times_s(self, n: int, rng: np.random.Generator) -> Arr:
         """Arrival times of ``n`` requests, starting after one gap from t = 0."""
         mean_gap = 1.0 / self.rate_per_s
+        if self.cv == 0.0:  # deterministic: evenly spaced arrivals
+            return mean_gap * np.arange(1, n + 1, dtype=np.float64)
         if self.cv == 1.0:
             gaps = rng.exponential(mean_gap, size=n)
         else:
@@ -216,6 +217,18 @@ def poisson(rate_per_s: float) -> RenewalArrivals:
 
 def gamma_arrivals(rate_per_s: float, cv: float) -> RenewalArrivals:
     return RenewalArrivals(rate_per_s, cv)
+
+
+#: Largest inter-arrival CV accepted (the trace with the burstiest arrivals we know: 13.2).
+MAX_ARRIVAL_CV = 1000.0
+
+
+def check_cv(cv: float) -> None:
+    """Inter-arrival CV in [0, MAX_ARRIVAL_CV]: 0 = evenly spaced, 1 = Poisson."""
+    if not (isinstance(cv, int | float) and math.isfinite(cv) and 0 <= cv <= MAX_ARRIVAL_CV):
+        raise SpecError(
+            f"arrival CV must be in [0, {MAX_ARRIVAL_CV:g}] (0 evenly spaced, 1 Poisson), got {cv}"
+        )
 
 
 def check_rate(rate_per_s: float, what: str = "arrival rate") -> None:
@@ -247,7 +260,9 @@ class Trace:
     def rate_per_s(self) -> float:
         """Mean arrival rate: (n − 1) gaps over the span of the trace."""
         if self.duration_s <= 0:
-            raise SpecError(f"trace {self.source}: needs >= 2 distinct arrival times for a rate")
+            raise SpecError(
+                f"trace {self.source} has no arrival times (or all equal); pass --rate-per-s"
+            )
         return (self.n - 1) / self.duration_s
 
     @property
@@ -270,27 +285,17 @@ class Trace:
 _AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
-def _parse_int(v: str, where: str, col: str) -> int:
-    try:
-        x = int(v.strip())
-    except ValueError:
-        raise SpecError(f"{where}: {col} {v.strip()!r} is not an integer") from None
-    if x < 1:
-        raise SpecError(f"{where}: {col} must be >= 1 token, got {x}")
-    return x
+#: Largest trace accepted by default (rows); a bigger one is refused before any work.
+MAX_TRACE_ROWS = 10_000_000
+#: Largest token count of one request a trace may hold.
+MAX_TRACE_TOKENS = 10_000_000
 
 
 def load_trace(path: str | Path) -> Trace:
     """Read a trace CSV (Azure or generic format, see the module docstring)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"cannot read trace {p}: {getattr(e, 'strerror', None) or e}") from None
-    lines = text.splitlines()
-    if not lines or not lines[0].strip():
-        raise SpecError(f"{p}: empty trace file; expected a header row and one row per request")
-    header = [h.strip() for h in next(csv.reader([lines[0]]))]
+    tab = read_csv(p, what="trace", min_rows=0)
+    header = list(tab.header)
     if all(h in header for h in _AZURE):
         cols = {"in": header.index(_AZURE[1]), "out": header.index(_AZURE[2])}
         ts_col, azure = header.index(_AZURE[0]), True
@@ -304,35 +309,35 @@ def load_trace(path: str | Path) -> Trace:
             "'TIMESTAMP,ContextTokens,GeneratedTokens' (Azure) or "
             "'input_tokens,output_tokens[,arrival_s]'"
         )
+    if len(tab) > MAX_TRACE_ROWS:
+        raise SpecError(f"{p}: {len(tab)} requests, over the {MAX_TRACE_ROWS} limit; cut it")
     s: list[int] = []
     o: list[int] = []
     t: list[float] = []
     t0: datetime | None = None
-    for lineno, row in enumerate(csv.reader(lines[1:]), start=2):
-        if not row or all(not c.strip() for c in row):
-            continue
+    for lineno, row in tab:
         where = f"{p}:{lineno}"
-        if len(row) != len(header):
-            raise SpecError(f"{where}: expected {len(header)} fields, got {len(row)}")
-        s.append(_parse_int(row[cols["in"]], where, header[cols["in"]]))
-        o.append(_parse_int(row[cols["out"]], where, header[cols["out"]]))
+        for key, dest in (("in", s), ("out", o)):
+            name = header[cols[key]]
+            dest.append(
+                parse_int(
+                    row[cols[key]], where=where, name=name, min_value=1, max_value=MAX_TRACE_TOKENS
+                )
+            )
         if ts_col < 0:
             continue
-        raw = row[ts_col].strip()
+        raw = row[ts_col]
         if azure:
             try:
                 ts = datetime.fromisoformat(raw[:26])
             except ValueError:
                 raise SpecError(f"{where}: TIMESTAMP {raw!r} is not an ISO date-time") from None
+            if t0 is not None and (ts.tzinfo is None) != (t0.tzinfo is None):
+                raise SpecError(f"{where}: TIMESTAMP {raw!r} mixes time zones with line 2")
             t0 = t0 or ts
             t.append((ts - t0).total_seconds())
         else:
-            try:
-                t.append(float(raw))
-            except ValueError:
-                raise SpecError(f"{where}: arrival_s {raw!r} is not a number") from None
-            if not math.isfinite(t[-1]):
-                raise SpecError(f"{where}: arrival_s must be finite")
+            t.append(parse_float(raw, where=where, name="arrival_s"))
         if len(t) > 1 and t[-1] < t[-2]:
             raise SpecError(f"{where}: arrival time goes backwards; sort the trace by time")
     if not s:
@@ -358,8 +363,7 @@ class Workload:
     trace: Trace | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.arrival_cv) and self.arrival_cv > 0):
-            raise SpecError(f"arrival CV must be > 0, got {self.arrival_cv}")
+        check_cv(self.arrival_cv)
 
     def arrivals(self, rate_per_s: float) -> RenewalArrivals:
         return RenewalArrivals(rate_per_s, self.arrival_cv)

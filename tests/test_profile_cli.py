@@ -71,8 +71,8 @@ def test_profile_for_another_device_is_an_error(gemm_csv, tmp_path) -> None:
     [
         (None, ["--features", "m,q"], "no column 'q'"),
         (None, ["--time-col", "latency_us"], "no time column 'latency_us'"),
-        ("bfloat16,8,8,8,fast", [], "non-numeric value 'fast'"),
-        ("bfloat16,8,8,8,-0.01", [], "times must be positive"),
+        ("bfloat16,8,8,8,fast", [], "latency_ms = 'fast' is not a number"),
+        ("bfloat16,8,8,8,-0.01", [], "latency_ms = '-0.01' must be > 0"),
         (None, ["--pieces", "30"], "too few"),
     ],
 )
