@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
 
 app = typer.Typer(
     help="Memory budgets: KV cache vs offloaded-expert cache vs LoRA adapters.",
@@ -112,8 +111,8 @@ def _plan(spec: Any) -> Any:
     from solvers.cache_budget import plan_cache_budget
 
     n = spec.kv_levels * (spec.expert_levels if spec.offload_experts else 1)
-    with typer.progressbar(length=n, label="splits", file=sys.stderr) as bar:
-        return plan_cache_budget(spec, progress=bar.update)
+    with progress(n, "splits") as tick:
+        return plan_cache_budget(spec, progress=tick)
 
 
 def plan_dict(plan: Any) -> dict[str, Any]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -33,7 +34,10 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        from cli.validate import check_options
+
         try:
+            check_options(kwargs)
             return fn(*args, **kwargs)
         except PerfModelError as e:
             raise fail(str(e)) from None
@@ -116,3 +120,17 @@ def write_atomic(path: Path, text: str, *, force: bool) -> None:
 
 def stderr_isatty() -> bool:
     return sys.stderr.isatty()
+
+
+@contextlib.contextmanager
+def progress(length: int, label: str) -> Iterator[Callable[[int], None]]:
+    """A progress bar with an ETA on stderr, only on a terminal; yields its ``update``.
+
+    Off a terminal nothing is printed (no label before an ``error:`` line, nothing in
+    captured output).
+    """
+    if not stderr_isatty():
+        yield lambda _n: None
+        return
+    with typer.progressbar(length=length, label=label, file=sys.stderr, show_eta=True) as bar:
+        yield bar.update

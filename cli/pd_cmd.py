@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
 
 app = typer.Typer(
     help="Prefill/decode disaggregation: P:D ratio and parallelism under TTFT/TPOT SLOs.",
@@ -294,7 +294,7 @@ def phase_cmd(
     pdev = load_device(hardware)
     ddev = [load_device(decode_hardware)] if decode_hardware else None
     total = len(ins) * len(outs) + len(scales) ** 2
-    with typer.progressbar(length=total, label="sweeping", file=None) as bar:
+    with progress(total, "sweeping") as tick:
         lens = length_sweep(
             m,
             [pdev],
@@ -304,7 +304,7 @@ def phase_cmd(
             decode_devices=ddev,
             dtype=dtype,
             kv_dtype=dtype,
-            progress=bar.update,
+            progress=tick,
         )
         slos = slo_sweep(
             m,
@@ -316,7 +316,7 @@ def phase_cmd(
             decode_devices=ddev,
             dtype=dtype,
             kv_dtype=dtype,
-            progress=bar.update,
+            progress=tick,
         )
     write_atomic(out, phase_figure_html([lens, slos]), force=force)
     if json_out:

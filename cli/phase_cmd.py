@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -22,7 +21,7 @@ from cli.capacity_cmd import (
     WlOpt,
     _setup,
 )
-from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
 
 app = typer.Typer(help="Phase diagrams: where the system is stable.", no_args_is_help=True)
 
@@ -106,7 +105,7 @@ def stability_cmd(
         sim_loads=len(DEFAULT_SIM_LOADS),
         sim_requests=sim_requests,
     )
-    with typer.progressbar(length=steps, label="sweeping", file=sys.stderr) as bar:
+    with progress(steps, "sweeping") as tick:
         phase = stability_phase(
             m,
             d,
@@ -122,7 +121,7 @@ def stability_cmd(
             sim_rows=sim_rows,
             sim_requests=sim_requests,
             seed=seed,
-            progress=bar.update,
+            progress=tick,
         )
     write_atomic(out, stability_html(phase), force=force)
     if json_out:
