@@ -8,20 +8,21 @@ from collections.abc import Callable
 import numpy as np
 
 from hardware.device import load_device
-from perfmodel.cache_serving import budget_context, evaluate_engine
-from perfmodel.hitrate import (
+from perfmodel.cache.hitrate import (
     che_lru,
     inclusion_probabilities,
     irm_requests,
     simulate_lru,
     zipf_popularity,
 )
+from perfmodel.cache.serving import budget_context, evaluate_engine
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
-from perfmodel.routing import expert_popularity
+from perfmodel.moe.routing import expert_popularity
+from perfmodel.plan import ParallelPlan
 from perfmodel.units import GiB
-from perfmodel.workload import SLO, preset
-from solvers.cache_budget import (
+from perfmodel.workload.presets import preset
+from perfmodel.workload.slo import SLO
+from solvers.cache.budget import (
     CacheBudgetSpec,
     SplitProblem,
     brute_force_split,
@@ -131,8 +132,8 @@ def _checked_specs() -> list[CacheBudgetSpec]:
 
 def simulator_checks() -> None:
     """The three simulator-confirmed plans of tests/test_cache_budget.py, with figures."""
-    from perfmodel.simulate import Distribution
-    from solvers.cache_budget import simulate_plan
+    from perfmodel.sim.simulate import Distribution
+    from solvers.cache.budget import simulate_plan
 
     print("simulator checks (1,500 requests, seed 1): analytic / simulated")
     for i, spec in enumerate(_checked_specs()):

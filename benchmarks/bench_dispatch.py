@@ -23,9 +23,9 @@ import time
 import numpy as np
 
 from hardware.device import load_device
-from perfmodel.expert import derived_expert_profile
-from perfmodel.routing import expert_popularity, sample_counts
-from solvers.dispatch import (
+from perfmodel.moe.expert import derived_expert_profile
+from perfmodel.moe.routing import expert_popularity, sample_counts
+from solvers.dispatch.solve import (
     Placement,
     best_proxy,
     dispatch_heuristic,
@@ -35,7 +35,7 @@ from solvers.dispatch import (
     solve_milp,
     token_lp,
 )
-from solvers.eplb import rebalance_experts
+from solvers.placement.eplb import rebalance_experts
 
 
 def _random_placement(rng: np.random.Generator, E: int, G: int) -> Placement:

@@ -60,10 +60,10 @@ def main() -> None:
         print(f"predict gemm, {n:,} shapes (whole command): {t:.3f} s")
 
     from hardware.device import load_device
-    from perfmodel.batch import Batch
     from perfmodel.model import load_model
-    from perfmodel.parallel import ParallelPlan
-    from perfmodel.step import step_time
+    from perfmodel.plan import ParallelPlan
+    from perfmodel.step.batch import Batch
+    from perfmodel.step.time import step_time
 
     dev = load_device("h100-sxm")
     for mid in ("llama-3.1-70b", "deepseek-v3"):

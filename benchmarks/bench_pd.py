@@ -17,10 +17,11 @@ import time
 
 from hardware.device import load_device
 from perfmodel.model import load_model
-from perfmodel.pd_models import planner_lengths
-from perfmodel.simulate_pd import run_at_rate, sample_requests, simulated_goodput
-from perfmodel.workload import SLO, Workload
-from solvers.pd_plan import plan_pd
+from perfmodel.pd.models import planner_lengths
+from perfmodel.pd.simulate import run_at_rate, sample_requests, simulated_goodput
+from perfmodel.workload.presets import Workload
+from perfmodel.workload.slo import SLO
+from solvers.pd.plan import plan_pd
 
 # (model, device, dtype, workload, TTFT s, TPOT s, design rate req/s)
 CASES = [

@@ -25,18 +25,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hardware.device import catalog_ids, load_device  # noqa: E402
-from hardware.fit import (  # noqa: E402
-    calibrate_roofline,
-    fit_max_affine,
-    fit_profile,
-    group_folds,
-    mdape_pct,
-    read_measurements,
-)
+from hardware.fit import calibrate_roofline, fit_max_affine, fit_profile, group_folds, mdape_pct  # noqa: E402
 from hardware.maxaffine import GEMM_FEATURES, MaxAffine, gemm_features  # noqa: E402
+from hardware.measurements import read_measurements  # noqa: E402
 from hardware.residual import build_surface  # noqa: E402
 from hardware.roofline import gemm_flops_bytes  # noqa: E402
-from perfmodel.expert import (  # noqa: E402
+from perfmodel.moe.expert import (  # noqa: E402
     MOE_LAYER_FEATURES,
     crossover_interval,
     crossover_tokens,

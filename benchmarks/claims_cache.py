@@ -8,22 +8,22 @@ from __future__ import annotations
 import numpy as np
 
 from hardware.device import load_device
-from perfmodel.batch import Batch
-from perfmodel.errors import InfeasibleError
-from perfmodel.footprint import expert_bytes
-from perfmodel.hitrate import che_lru_steps, static_hit_ratio, step_activation
-from perfmodel.kv_paging import paging_vs_reservation
-from perfmodel.model import load_model
-from perfmodel.paging import (
+from perfmodel.cache.footprint import expert_bytes
+from perfmodel.cache.hitrate import che_lru_steps, static_hit_ratio, step_activation
+from perfmodel.cache.kv_paging import paging_vs_reservation
+from perfmodel.cache.paging import (
     bandwidth_for_speedup,
     expert_fetch,
     expert_misses,
     fallback_speedup,
 )
-from perfmodel.parallel import ParallelPlan
-from perfmodel.step import step_time
-from perfmodel.workload import preset
-from solvers.cache_budget import popularity_activation
+from perfmodel.errors import InfeasibleError
+from perfmodel.model import load_model
+from perfmodel.plan import ParallelPlan
+from perfmodel.step.batch import Batch
+from perfmodel.step.time import step_time
+from perfmodel.workload.presets import preset
+from solvers.cache.budget import popularity_activation
 
 
 def hobbit() -> None:

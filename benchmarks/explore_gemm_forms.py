@@ -30,14 +30,9 @@ from scipy.optimize import least_squares
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from hardware.fit import (  # noqa: E402
-    fit_max_affine,
-    fit_profile,
-    group_folds,
-    mdape_pct,
-    read_measurements,
-)
+from hardware.fit import fit_max_affine, fit_profile, group_folds, mdape_pct  # noqa: E402
 from hardware.maxaffine import GEMM_FEATURES, gemm_features  # noqa: E402
+from hardware.measurements import read_measurements  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "silicon"
 TAU = 0.05  # rows off by more than this (log ratio) seed a new kernel or piece

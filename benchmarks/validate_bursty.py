@@ -23,11 +23,11 @@ import numpy as np
 from validate_queueing import _steady
 
 from hardware.device import load_device
-from perfmodel import queueing as q
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
-from perfmodel.simulate import make_setup, simulate_workload
-from perfmodel.workload import preset
+from perfmodel.plan import ParallelPlan
+from perfmodel.serving import service as q
+from perfmodel.sim.simulate import make_setup, simulate_workload
+from perfmodel.workload.presets import preset
 
 CONFIGS = [
     ("llama-3.1-8b", "h100-sxm", 1, "chat"),

@@ -24,11 +24,11 @@ import time
 import numpy as np
 
 from hardware.device import load_device
-from perfmodel import queueing as q
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
-from perfmodel.simulate import SimResult, make_setup, saturation_rate_per_s, simulate_workload
-from perfmodel.workload import preset
+from perfmodel.plan import ParallelPlan
+from perfmodel.serving import service as q
+from perfmodel.sim.simulate import SimResult, make_setup, saturation_rate_per_s, simulate_workload
+from perfmodel.workload.presets import preset
 
 CONFIGS = [
     ("llama-3.1-8b", "h100-sxm", 1),

@@ -53,14 +53,16 @@ Levels = Annotated[int, typer.Option(help="Grid levels for this pool.")]
 
 def _spec(**o: Any) -> Any:
     from hardware.device import load_device
-    from perfmodel.hitrate import activation_from_counts
+    from perfmodel.cache.hitrate import activation_from_counts
+    from perfmodel.cache.paging import SOURCES, nvme_link
     from perfmodel.model import load_model
-    from perfmodel.paging import SOURCES, nvme_link
-    from perfmodel.parallel import ParallelPlan
-    from perfmodel.routing import load_counts_csv
+    from perfmodel.moe.routing import load_counts_csv
+    from perfmodel.plan import ParallelPlan
     from perfmodel.units import GIGA, GiB, from_ms
-    from perfmodel.workload import SLO, Workload, load_trace, preset
-    from solvers.cache_budget import CacheBudgetSpec, popularity_activation
+    from perfmodel.workload.presets import Workload, preset
+    from perfmodel.workload.slo import SLO
+    from perfmodel.workload.trace import load_trace
+    from solvers.cache.budget import CacheBudgetSpec, popularity_activation
 
     for name in ("tp", "max_batched_tokens", "kv_levels", "expert_levels", "adapter_levels"):
         if o[name] < 1:
@@ -108,7 +110,7 @@ def _spec(**o: Any) -> Any:
 
 
 def _plan(spec: Any) -> Any:
-    from solvers.cache_budget import plan_cache_budget
+    from solvers.cache.budget import plan_cache_budget
 
     n = spec.kv_levels * (spec.expert_levels if spec.offload_experts else 1)
     with progress(n, "splits") as tick:
@@ -291,7 +293,7 @@ def curve_cmd(
 def _hit_curves(spec: Any) -> list[Any]:
     import numpy as np
 
-    from perfmodel.hitrate import che_lru, che_lru_steps, static_hit_ratio, step_activation
+    from perfmodel.cache.hitrate import che_lru, che_lru_steps, static_hit_ratio, step_activation
     from reports.cache_plot import HitCurve
 
     curves = []
@@ -312,7 +314,7 @@ def _hit_curves(spec: Any) -> list[Any]:
             )
         )
     if spec.adapters:
-        from perfmodel.hitrate import zipf_popularity
+        from perfmodel.cache.hitrate import zipf_popularity
 
         p = zipf_popularity(spec.adapters, spec.adapter_zipf)
         sizes = np.unique(np.geomspace(1, spec.adapters, 30).round())

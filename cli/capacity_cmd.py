@@ -48,9 +48,9 @@ def _setup(
 ) -> tuple[Any, Any, Any, Any]:
     from hardware.device import load_device
     from perfmodel.model import load_model
-    from perfmodel.parallel import ParallelPlan
-    from perfmodel.pipeline import check_pp
-    from perfmodel.workload import Workload, load_trace, preset
+    from perfmodel.plan import ParallelPlan, check_pp
+    from perfmodel.workload.presets import Workload, preset
+    from perfmodel.workload.trace import load_trace
 
     if tp < 1:
         raise fail(f"--tp must be a positive integer, got {tp}")
@@ -89,8 +89,9 @@ def capacity_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Service rate μ and its binding bound, stability, latency, goodput, instances needed."""
-    from perfmodel import queueing as q
-    from perfmodel.workload import SLO
+    from perfmodel.serving import goodput as q_goodput
+    from perfmodel.serving import service as q
+    from perfmodel.workload.slo import SLO
 
     m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv, pp)
     sr = q.service_rate(
@@ -110,8 +111,8 @@ def capacity_cmd(
     st = q.stability(sr, rate)
     slo = SLO(ttft_slo_ms / 1e3, tpot_slo_ms / 1e3, slo_percentile, goal)
     lat = q.latency(sr, rate)
-    gp = q.goodput(sr, slo)
-    size = q.instances_needed(
+    gp = q_goodput.goodput(sr, slo)
+    size = q_goodput.instances_needed(
         sr,
         rate,
         target_utilization=target_utilization,
@@ -243,8 +244,8 @@ def simulate_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Discrete-event simulation: TTFT/TPOT/E2E distributions, throughput, queue growth."""
-    from perfmodel import queueing as q
-    from perfmodel.simulate import make_setup, simulate_engines, simulate_workload
+    from perfmodel.serving import service as q
+    from perfmodel.sim.simulate import make_setup, simulate_engines, simulate_workload
 
     if requests < 1:
         raise fail(f"--requests must be >= 1, got {requests}")
@@ -278,7 +279,7 @@ def simulate_cmd(
         )
         rate = tr.rate_per_s * time_scale
     else:
-        from perfmodel.workload import check_rate
+        from perfmodel.workload.arrivals import check_rate
 
         rate = rate_per_s if rate_per_s is not None else 0.7 * sr.rate_per_s
         check_rate(rate)

@@ -30,8 +30,8 @@ ProfileOpt = Annotated[
 
 def _setup(model: str | None, hardware: str, profile: str = "derived") -> tuple[Any, Any, Any]:
     from hardware.device import load_device
-    from perfmodel.expert import derived_expert_profile, expert_shape
     from perfmodel.model import load_model
+    from perfmodel.moe.expert import derived_expert_profile, expert_shape
 
     d = load_device(hardware)
     m = load_model(model) if model else None
@@ -67,7 +67,7 @@ def _setup(model: str | None, hardware: str, profile: str = "derived") -> tuple[
 def _counts(
     counts: Path | None, model: Any, tokens: int | None, skew: float, seed: int, layer: int
 ) -> tuple[Any, str]:
-    from perfmodel.routing import batch_for_model, load_counts_csv
+    from perfmodel.moe.routing import batch_for_model, load_counts_csv
 
     if counts is not None:
         E = model.moe.num_experts if model is not None and model.moe else None
@@ -109,7 +109,7 @@ def solve_cmd(
 ) -> None:
     """Dispatch one batch over GPUs holding expert replicas; compare the methods."""
     from perfmodel.units import ms
-    from solvers.dispatch import dispatch, make_problem, round_robin_placement
+    from solvers.dispatch.solve import dispatch, make_problem, round_robin_placement
 
     if method != "all" and method not in SOLVE_METHODS:
         raise fail(f"--method must be one of {', '.join(SOLVE_METHODS)}, all; got {method!r}")
@@ -180,9 +180,9 @@ def place_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """EPLB vs the ILP placement on the expected makespan of the load samples."""
-    from perfmodel.routing import batch_for_model, load_counts_csv
+    from perfmodel.moe.routing import batch_for_model, load_counts_csv
     from perfmodel.units import S_PER_US, ms
-    from solvers.placement import place_ilp
+    from solvers.placement.place import place_ilp
 
     m, d, prof = _setup(model, hardware)
     E = m.moe.num_experts

@@ -11,8 +11,8 @@ from hardware.device import load_device
 from perfmodel.estimate import Estimate, estimate
 from perfmodel.memory import describe_shortfall
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
-from perfmodel.step import StepTime
+from perfmodel.plan import ParallelPlan
+from perfmodel.step.time import StepTime
 from perfmodel.units import GiB, ms
 
 DEFAULT_MODEL = "llama-3.1-70b"

@@ -55,8 +55,9 @@ KvCapOpt = Annotated[
 
 
 def _workload(workload: str | None, trace: Path | None) -> Any:
-    from perfmodel.pd_models import planner_lengths
-    from perfmodel.workload import Workload, load_trace
+    from perfmodel.pd.models import planner_lengths
+    from perfmodel.workload.presets import Workload
+    from perfmodel.workload.trace import load_trace
 
     if (workload is None) == (trace is None):
         raise fail("give exactly one of --workload (chat, code, sharegpt) or --trace CSV")
@@ -68,7 +69,7 @@ def _workload(workload: str | None, trace: Path | None) -> Any:
 
 def _slo(ttft_ms: float, tpot_ms: float, percentile: float) -> Any:
     from perfmodel.units import from_ms
-    from perfmodel.workload import SLO
+    from perfmodel.workload.slo import SLO
 
     for name, v in (("--ttft-slo-ms", ttft_ms), ("--tpot-slo-ms", tpot_ms)):
         if not v > 0:
@@ -78,7 +79,7 @@ def _slo(ttft_ms: float, tpot_ms: float, percentile: float) -> Any:
 
 def _kv_capacities(specs: list[str] | None, device_id: str) -> dict[tuple[str, int], int] | None:
     """``--decode-kv-capacity-tokens`` values by ``(device id, TP)``."""
-    from solvers.pd_plan import TP_CANDIDATES
+    from solvers.pd.plan import TP_CANDIDATES
 
     if not specs:
         return None
@@ -110,7 +111,7 @@ def _phase_profiles(
     dtype: str,
 ) -> Any:
     """``--prefill-profile`` / ``--decode-profile`` as ``(phase, device id, TP) -> profile``."""
-    from perfmodel.pd_profiles import load_phase_profiles
+    from perfmodel.pd.profiles import load_phase_profiles
 
     if not prefill and not decode:
         return None
@@ -193,7 +194,7 @@ def plan_cmd(
     """Least-cost prefill/decode plan for a rate under TTFT and TPOT SLOs."""
     from hardware.device import load_device
     from perfmodel.model import load_model
-    from solvers.pd_plan import plan_pd
+    from solvers.pd.plan import plan_pd
 
     w = _workload(workload, trace)
     slo = _slo(ttft_slo_ms, tpot_slo_ms, percentile)

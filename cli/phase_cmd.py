@@ -73,7 +73,7 @@ def stability_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Arrival rate × mean output length and × KV capacity: regimes, boundary, simulation."""
-    from perfmodel.workload import SLO
+    from perfmodel.workload.slo import SLO
     from reports.stability_plot import (
         DEFAULT_KV_POINTS,
         DEFAULT_OUTPUT_SCALES,

@@ -37,8 +37,8 @@ def _where(items: list[str] | None) -> dict[str, str]:
 
 
 def _features(data: Any, spec: str) -> tuple[tuple[str, ...], Any]:
-    from hardware.fit import feature_matrix
     from hardware.maxaffine import GEMM_FEATURES, gemm_features
+    from hardware.measurements import feature_matrix
 
     if spec.strip() == GEMM_PRESET:
         m, n, k = (data.numeric(c) for c in ("m", "n", "k"))
@@ -46,7 +46,7 @@ def _features(data: Any, spec: str) -> tuple[tuple[str, ...], Any]:
     if spec.strip() == MOE_PRESET:
         import numpy as np
 
-        from perfmodel.expert import MOE_LAYER_FEATURES, moe_layer_features
+        from perfmodel.moe.expert import MOE_LAYER_FEATURES, moe_layer_features
 
         c = {x: data.numeric(x) for x in MOE_COLUMNS}
         if "distribution" not in data.columns:
@@ -117,7 +117,8 @@ def fit_cmd(
     import numpy as np
 
     from hardware.device import load_device
-    from hardware.fit import fit_profile, fit_steps, read_measurements
+    from hardware.fit import fit_profile, fit_steps
+    from hardware.measurements import read_measurements
     from hardware.profile_io import profile_to_toml
 
     if pieces is not None and pieces < 1:
@@ -219,7 +220,7 @@ def show_cmd(
 
 
 def _gemm_data(path: Path) -> Any:
-    from hardware.fit import read_measurements
+    from hardware.measurements import read_measurements
 
     meas = read_measurements(str(path), time_col="latency_ms", where={"gemm_dtype": "bfloat16"})
     return tuple(meas.numeric(c) for c in ("m", "n", "k")), meas.time_s
@@ -252,7 +253,8 @@ def crossover_cmd(
     held-out error, and n* gets a bootstrap interval.
     """
     from hardware.device import load_device
-    from perfmodel.expert import (
+    from perfmodel.model import load_model
+    from perfmodel.moe.expert import (
         crossover_interval,
         crossover_tokens,
         derived_expert_profile,
@@ -260,7 +262,6 @@ def crossover_cmd(
         expert_shape,
         gemm_block_rows,
     )
-    from perfmodel.model import load_model
 
     if tp < 1 or boots < 0:
         raise fail("--tp must be >= 1 and --boots >= 0")
@@ -344,13 +345,13 @@ def plot_cmd(
         if hardware is None:
             raise fail("expert mode needs --hardware with --model")
         from hardware.device import load_device
-        from perfmodel.expert import (
+        from perfmodel.model import load_model
+        from perfmodel.moe.expert import (
             crossover_interval,
             expert_block_provenance,
             expert_shape,
             gemm_block_rows,
         )
-        from perfmodel.model import load_model
 
         dev = load_device(hardware)
         h, inter, mats = expert_shape(load_model(model))
@@ -370,7 +371,7 @@ def plot_cmd(
     else:
         if profile is None:
             raise fail("give --profile (profile mode) or --hardware and --model (expert mode)")
-        from hardware.fit import read_measurements
+        from hardware.measurements import read_measurements
         from hardware.profile_io import load_profile
 
         prof = load_profile(profile)

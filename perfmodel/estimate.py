@@ -19,12 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from hardware.device import Device
-from perfmodel.batch import Batch
 from perfmodel.errors import SpecError
 from perfmodel.memory import MemoryFit, memory_fit
 from perfmodel.model import ModelSpec
-from perfmodel.parallel import ParallelPlan
-from perfmodel.step import StepTime, step_time
+from perfmodel.plan import ParallelPlan
+from perfmodel.step.batch import Batch
+from perfmodel.step.time import StepTime, step_time
 
 
 @dataclass(frozen=True)

@@ -24,15 +24,18 @@ from dataclasses import dataclass
 from hardware.device import Device
 from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec
-from perfmodel.ops import kv_elems_per_token_per_layer_per_device
-from perfmodel.parallel import ParallelPlan
-from perfmodel.pipeline import check_pp, stage_layer_counts, stage_params
+from perfmodel.plan import ParallelPlan, check_pp, stage_layer_counts, stage_params
 from perfmodel.units import GiB
 
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.90
 DEFAULT_MAX_BATCHED_TOKENS = 8192
 TP_CANDIDATES = (1, 2, 4, 8, 16, 32, 64)
 PP_SEARCH_MAX = 16  # largest pipeline depth a shortfall message suggests
+
+
+def kv_elems_per_token_per_layer_per_device(model: ModelSpec, tp: int) -> float:
+    """KV elements one device caches per token per layer under tensor parallelism."""
+    return model.kv_elems_per_token_per_layer() / model.kv_shards(tp)
 
 
 def stage_weight_bytes(model: ModelSpec, plan: ParallelPlan) -> tuple[float, ...]:

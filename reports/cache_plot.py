@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.units import GiB
-from solvers.cache_budget import CachePlan
+from solvers.cache.budget import CachePlan
 
 
 @dataclass(frozen=True)

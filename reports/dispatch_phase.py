@@ -32,18 +32,12 @@ from hardware.maxaffine import MaxAffine
 from hardware.roofline import GEMM_M_TILE
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
-from perfmodel.expert import crossover_tokens, derived_expert_profile, expert_shape
 from perfmodel.model import ModelSpec
-from perfmodel.routing import expert_popularity, sample_counts
-from solvers.dispatch import (
-    PROXIES,
-    DispatchProblem,
-    Placement,
-    dispatch,
-    dispatch_heuristic,
-)
-from solvers.ep_comm import ep_comm, ep_link
-from solvers.eplb import rebalance_experts
+from perfmodel.moe.ep_comm import ep_comm, ep_link
+from perfmodel.moe.expert import crossover_tokens, derived_expert_profile, expert_shape
+from perfmodel.moe.routing import expert_popularity, sample_counts
+from solvers.dispatch.solve import PROXIES, DispatchProblem, Placement, dispatch, dispatch_heuristic
+from solvers.placement.eplb import rebalance_experts
 
 DEFAULT_TOKENS_PER_GPU = (16, 32, 64, 128, 256, 512, 1024, 2048)
 DEFAULT_SKEWS = (0.0, 0.5, 1.0, 1.5)

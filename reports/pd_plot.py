@@ -32,8 +32,10 @@ from typing import Any
 from hardware.device import Device
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
-from perfmodel.workload import SLO, Workload, fixed_lengths
-from solvers.pd_plan import colocated_baseline, evaluate_options, fluid_optimum
+from perfmodel.workload.lengths import fixed_lengths
+from perfmodel.workload.presets import Workload
+from perfmodel.workload.slo import SLO
+from solvers.pd.plan import colocated_baseline, evaluate_options, fluid_optimum
 
 DEFAULT_INPUTS = (128, 512, 2048, 8192)
 DEFAULT_OUTPUTS = (32, 128, 512, 2048)

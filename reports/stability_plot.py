@@ -38,14 +38,17 @@ from typing import Any
 import numpy as np
 
 from hardware.device import Device
-from perfmodel import queueing as q
 from perfmodel.errors import SpecError
 from perfmodel.memory import DEFAULT_MAX_BATCHED_TOKENS
 from perfmodel.model import ModelSpec
-from perfmodel.parallel import ParallelPlan
-from perfmodel.simulate import SimSetup, simulate_workload
-from perfmodel.steptable import build_step_table
-from perfmodel.workload import SLO, LengthDistribution, Workload
+from perfmodel.plan import ParallelPlan
+from perfmodel.serving import goodput as q_goodput
+from perfmodel.serving import service as q
+from perfmodel.sim.simulate import SimSetup, simulate_workload
+from perfmodel.step.table import build_step_table
+from perfmodel.workload.lengths import LengthDistribution
+from perfmodel.workload.presets import Workload
+from perfmodel.workload.slo import SLO
 
 QUEUE_GROWTH_UNSTABLE = 0.10
 DEFAULT_OUTPUT_SCALES = (0.25, 0.4, 0.63, 1.0, 1.6, 2.5, 4.0)
@@ -169,7 +172,7 @@ def scale_output_lengths(
 
 
 def _row(sr: q.ServiceRate, y: float, slo: SLO) -> PhaseRow:
-    gp = q.goodput(sr, slo, rel_tol=1e-2)
+    gp = q_goodput.goodput(sr, slo, rel_tol=1e-2)
     return PhaseRow(
         y=y,
         mean_output_tokens=sr.moments.decode_steps + 1,

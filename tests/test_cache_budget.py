@@ -11,11 +11,12 @@ import pytest
 from hardware.device import load_device
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
-from perfmodel.queueing import service_rate, stability
+from perfmodel.plan import ParallelPlan
+from perfmodel.serving.service import service_rate, stability
 from perfmodel.units import GiB
-from perfmodel.workload import SLO, preset
-from solvers.cache_budget import (
+from perfmodel.workload.presets import preset
+from perfmodel.workload.slo import SLO
+from solvers.cache.budget import (
     CacheBudgetSpec,
     plan_cache_budget,
     popularity_activation,

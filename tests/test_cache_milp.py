@@ -7,7 +7,7 @@ import pytest
 
 from perfmodel.errors import SpecError
 from perfmodel.units import GiB
-from solvers.cache_milp import SplitProblem, brute_force_split, solve_split
+from solvers.cache.milp import SplitProblem, brute_force_split, solve_split
 
 
 def _random_problem(rng: np.random.Generator) -> SplitProblem:

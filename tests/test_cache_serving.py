@@ -6,28 +6,29 @@ import numpy as np
 import pytest
 
 from hardware.device import load_device
-from perfmodel.cache_serving import (
+from perfmodel.cache.offload import (
+    _mean_chunk_tokens,
+    mean_fetch_s,
+    offload_latency,
+    slowed_service_rate,
+)
+from perfmodel.cache.serving import (
     CacheBudgetSpec,
     budget_context,
     evaluate_engine,
     offloaded_experts,
     popularity_activation,
 )
-from perfmodel.classic_queues import (
+from perfmodel.model import load_model
+from perfmodel.plan import ParallelPlan
+from perfmodel.serving.classic_queues import (
     nie_memory_rate_per_s,
     work_conserving_capacity_tokens_per_s,
 )
-from perfmodel.model import load_model
-from perfmodel.offload_queueing import (
-    _mean_chunk_tokens,
-    mean_fetch_s,
-    offload_latency,
-    slowed_service_rate,
-)
-from perfmodel.parallel import ParallelPlan
-from perfmodel.queueing import ServiceRate, latency, service_rate
+from perfmodel.serving.service import ServiceRate, latency, service_rate
 from perfmodel.units import GiB
-from perfmodel.workload import SLO, preset
+from perfmodel.workload.presets import preset
+from perfmodel.workload.slo import SLO
 
 B = 2048
 

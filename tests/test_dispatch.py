@@ -11,10 +11,12 @@ from hardware.comm import collective_time_s
 from hardware.device import Link, load_device
 from hardware.maxaffine import MaxAffine
 from perfmodel.errors import InfeasibleError, SpecError
-from perfmodel.expert import derived_expert_profile, expert_shape
 from perfmodel.model import load_model
-from perfmodel.routing import expert_popularity, sample_counts
-from solvers.dispatch import (
+from perfmodel.moe.ep_comm import ep_comm
+from perfmodel.moe.expert import derived_expert_profile, expert_shape
+from perfmodel.moe.routing import expert_popularity, sample_counts
+from solvers.dispatch.bounds import pruning_bound_s
+from solvers.dispatch.solve import (
     Placement,
     best_proxy,
     dispatch,
@@ -25,10 +27,8 @@ from solvers.dispatch import (
     round_robin_placement,
     solve_milp,
 )
-from solvers.dispatch_bounds import pruning_bound_s
-from solvers.ep_comm import ep_comm
-from solvers.eplb import rebalance_experts
-from solvers.token_balance import subset_levels
+from solvers.dispatch.token_balance import subset_levels
+from solvers.placement.eplb import rebalance_experts
 
 
 def _prof(a: float = 0.0, b: float = 1.0, c: float = 0.0, beta: float = 0.01) -> MaxAffine:

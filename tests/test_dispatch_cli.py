@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from perfmodel.routing import counts_csv_text, generate_batch
+from perfmodel.moe.routing import counts_csv_text, generate_batch
 
 runner = CliRunner()
 

@@ -8,10 +8,10 @@ import pytest
 from hardware.device import load_device
 from hardware.maxaffine import MaxAffine
 from perfmodel.errors import InfeasibleError
-from perfmodel.expert import derived_expert_profile
-from perfmodel.routing import expert_popularity, sample_counts
-from solvers.dispatch import Placement
-from solvers.placement import (
+from perfmodel.moe.expert import derived_expert_profile
+from perfmodel.moe.routing import expert_popularity, sample_counts
+from solvers.dispatch.solve import Placement
+from solvers.placement.place import (
     check_capacity,
     eplb_placement,
     expected_makespan_s,

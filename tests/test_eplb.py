@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from perfmodel.errors import SpecError
-from solvers.eplb import balanced_packing, rebalance_experts, replicate_experts
+from solvers.placement.eplb import balanced_packing, rebalance_experts, replicate_experts
 
 # deepseek-ai/EPLB README: 2 layers, 12 experts, 16 replicas, 4 groups, 2 nodes, 8 GPUs.
 T9_WEIGHT = [

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from perfmodel.cache.footprint import expert_bytes, lora_adapter_bytes, weight_footprint
 from perfmodel.errors import SpecError
-from perfmodel.footprint import expert_bytes, lora_adapter_bytes, weight_footprint
 from perfmodel.memory import weight_bytes_per_device
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
+from perfmodel.plan import ParallelPlan
 
 
 def test_mixtral_expert_bytes_per_precision() -> None:

@@ -7,13 +7,13 @@ import pytest
 
 from hardware.maxaffine import MaxAffine
 from perfmodel.errors import SpecError
-from solvers.dispatch import Placement, make_problem, solve_milp
-from solvers.hardness import (
+from solvers.dispatch.hardness import (
     has_equal_partition,
     partition_instance,
     solve_activation_limit,
     solve_token_limit,
 )
+from solvers.dispatch.solve import Placement, make_problem, solve_milp
 
 
 def test_partition_brute_force_hand_cases() -> None:

@@ -9,13 +9,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from perfmodel.errors import SpecError
-from perfmodel.hitrate import (
+from perfmodel.cache.hitrate import (
     activation_from_counts,
     che_lru,
     che_lru_steps,
-    distinct_experts_uniform,
-    expected_distinct,
     inclusion_probabilities,
     irm_requests,
     simulate_lru,
@@ -24,7 +21,9 @@ from perfmodel.hitrate import (
     step_activation,
     zipf_popularity,
 )
-from perfmodel.routing import counts_csv_text, expert_popularity, load_counts_csv, sample_counts
+from perfmodel.errors import SpecError
+from perfmodel.moe.distinct import distinct_experts_uniform, expected_distinct
+from perfmodel.moe.routing import counts_csv_text, expert_popularity, load_counts_csv, sample_counts
 
 
 def test_che_t11_vector() -> None:
@@ -97,7 +96,7 @@ def test_per_step_che_matches_exact_step_lru(tokens: int, capacity: int) -> None
 
 def test_measured_counts_from_csv(tmp_path: Path) -> None:
     p = expert_popularity(16, dist="zipf", exponent=1.2, seed=1)
-    from perfmodel.routing import RoutingBatch
+    from perfmodel.moe.routing import RoutingBatch
 
     batch = RoutingBatch(sample_counts(p, 512, 2, layers=40, seed=2), 2, "test")
     path = tmp_path / "counts.csv"

@@ -22,12 +22,13 @@ import numpy as np
 import pytest
 
 from hardware.device import load_device
-from perfmodel import queueing as q
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
-from perfmodel.simulate import SimSetup, make_setup, simulate, simulate_workload
-from perfmodel.steptable import StepTable
-from perfmodel.workload import TruncLogNormal, Workload, lognormal_lengths, preset
+from perfmodel.plan import ParallelPlan
+from perfmodel.serving import service as q
+from perfmodel.sim.simulate import SimSetup, make_setup, simulate, simulate_workload
+from perfmodel.step.table import StepTable
+from perfmodel.workload.lengths import TruncLogNormal, lognormal_lengths
+from perfmodel.workload.presets import Workload, preset
 
 BUDGET = 8192
 REQUESTS = 20_000

@@ -19,7 +19,7 @@ from hardware.maxaffine import (
 from hardware.profile_io import load_profile, profile_from_dict, profile_to_toml
 from hardware.roofline import Roofline
 from perfmodel.errors import SpecError
-from perfmodel.expert import (
+from perfmodel.moe.expert import (
     crossover_tokens,
     derived_expert_profile,
     grouped_padded_rows,

@@ -8,18 +8,12 @@ import numpy as np
 import pytest
 
 from hardware.device import load_device
-from hardware.fit import (
-    calibrate_roofline,
-    fit_max_affine,
-    fit_profile,
-    group_folds,
-    mdape_pct,
-    read_measurements,
-)
+from hardware.fit import calibrate_roofline, fit_max_affine, fit_profile, group_folds, mdape_pct
 from hardware.maxaffine import GEMM_FEATURES, MaxAffine, gemm_features
+from hardware.measurements import read_measurements
 from hardware.roofline import Roofline, gemm_flops_bytes
 from perfmodel.errors import SpecError
-from perfmodel.expert import crossover_tokens, fit_expert_block, gemm_block_rows
+from perfmodel.moe.expert import crossover_tokens, fit_expert_block, gemm_block_rows
 from tests.conftest import shared_file
 
 TRUE = MaxAffine(
@@ -190,7 +184,7 @@ def test_moe_layer_heldout_groups_within_ten_percent(name: str) -> None:
     """Fused MoE layer (bf16): whole (hidden, inter, top-k, experts, EP, routing) groups
     held out (25 %); the max-affine profile over per-GPU expert loads stays within the
     issue's 10 % held-out MdAPE (full data: A100 7.0 %, H100 9.1 %)."""
-    from perfmodel.expert import MOE_LAYER_FEATURES, moe_layer_features
+    from perfmodel.moe.expert import MOE_LAYER_FEATURES, moe_layer_features
 
     d = read_measurements(
         str(shared_file("silicon", name)), time_col="latency_ms", where={"moe_dtype": "bfloat16"}

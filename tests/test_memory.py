@@ -10,7 +10,7 @@ from perfmodel.memory import (
     memory_fit,
 )
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
+from perfmodel.plan import ParallelPlan
 from perfmodel.units import GiB
 
 H100 = load_device("h100-sxm")

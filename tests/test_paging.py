@@ -7,11 +7,9 @@ import pytest
 
 from hardware.comm import COLLECTIVE_OVERHEAD_S, COMM_EFFICIENCY
 from hardware.device import load_device
-from perfmodel.errors import InfeasibleError, SpecError
-from perfmodel.footprint import expert_bytes
-from perfmodel.kv_paging import paging_vs_reservation
-from perfmodel.model import load_model
-from perfmodel.paging import (
+from perfmodel.cache.footprint import expert_bytes
+from perfmodel.cache.kv_paging import paging_vs_reservation
+from perfmodel.cache.paging import (
     OffloadedExperts,
     adapter_paging,
     bandwidth_for_speedup,
@@ -23,8 +21,11 @@ from perfmodel.paging import (
     nvme_link,
     step_with_misses_s,
 )
-from perfmodel.parallel import ParallelPlan
-from perfmodel.workload import fixed_lengths, preset
+from perfmodel.errors import InfeasibleError, SpecError
+from perfmodel.model import load_model
+from perfmodel.plan import ParallelPlan
+from perfmodel.workload.lengths import fixed_lengths
+from perfmodel.workload.presets import preset
 
 MIXTRAL_EXPERT = 3 * 4096 * 14336 * 2
 

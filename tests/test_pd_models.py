@@ -13,8 +13,7 @@ from hardware.device import load_device
 from hardware.maxaffine import MaxAffine
 from perfmodel.errors import SpecError
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
-from perfmodel.pd_models import (
+from perfmodel.pd.models import (
     PhaseConfig,
     decode_goodput,
     decode_profile,
@@ -26,8 +25,10 @@ from perfmodel.pd_models import (
     prefill_goodput,
     prefill_profile,
 )
-from perfmodel.simulate_pd import Deployment, Pool, run_at_rate, sample_requests
-from perfmodel.workload import SLO, TruncLogNormal, fixed_lengths, lognormal_lengths
+from perfmodel.pd.simulate import Deployment, Pool, run_at_rate, sample_requests
+from perfmodel.plan import ParallelPlan
+from perfmodel.workload.lengths import TruncLogNormal, fixed_lengths, lognormal_lengths
+from perfmodel.workload.slo import SLO
 
 A100 = load_device("a100-sxm-80gb")
 OPT = load_model("opt-13b")

@@ -15,15 +15,17 @@ from typer.testing import CliRunner
 from cli.main import app
 from hardware.device import Link, load_device
 from hardware.maxaffine import MaxAffine
-from perfmodel.batch import Batch
 from perfmodel.errors import InfeasibleError
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
-from perfmodel.pd_models import PhaseConfig, PhaseGoodput, phase_time_s, planner_lengths
-from perfmodel.pd_profiles import load_phase_profiles
+from perfmodel.pd.models import PhaseConfig, PhaseGoodput, phase_time_s, planner_lengths
+from perfmodel.pd.profiles import load_phase_profiles
+from perfmodel.plan import ParallelPlan
+from perfmodel.step.batch import Batch
 from perfmodel.units import from_ms
-from perfmodel.workload import SLO, Workload, fixed_lengths
-from solvers.pd_plan import (
+from perfmodel.workload.lengths import fixed_lengths
+from perfmodel.workload.presets import Workload
+from perfmodel.workload.slo import SLO
+from solvers.pd.plan import (
     PhaseOptions,
     _solve,
     distserve_unit_search,

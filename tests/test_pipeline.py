@@ -13,19 +13,19 @@ from typer.testing import CliRunner
 from cli.main import app
 from hardware.comm import COLLECTIVE_OVERHEAD_S, COMM_EFFICIENCY, collective_time_s
 from hardware.device import load_device
-from perfmodel import queueing as q
-from perfmodel.batch import Batch
-from perfmodel.classic_queues import nie_memory_rate_per_s, renewal_mean_age
 from perfmodel.errors import SpecError
 from perfmodel.estimate import estimate
 from perfmodel.memory import describe_shortfall, memory_fit
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
-from perfmodel.pipeline import stage_layer_counts, stage_models, stage_params
-from perfmodel.servemix import DEFAULT_WATERMARK, mix_batch, request_moments
-from perfmodel.step import roofline_floor_s, step_time
+from perfmodel.plan import ParallelPlan, stage_layer_counts, stage_models, stage_params
+from perfmodel.serving import goodput as q_goodput
+from perfmodel.serving import service as q
+from perfmodel.serving.classic_queues import nie_memory_rate_per_s, renewal_mean_age
+from perfmodel.serving.servemix import DEFAULT_WATERMARK, mix_batch, request_moments
+from perfmodel.step.batch import Batch
+from perfmodel.step.time import roofline_floor_s, step_time
 from perfmodel.units import GiB
-from perfmodel.workload import preset
+from perfmodel.workload.presets import preset
 
 H100 = load_device("h100-sxm")
 L70 = load_model("llama-3.1-70b")
@@ -213,7 +213,7 @@ def test_only_the_boundaries_between_nodes_use_the_nic() -> None:
     """TP4 x PP4 on two 8-GPU H100 nodes: stages 0-1 on node 0, 2-3 on node 1, so of the
     three boundaries one crosses InfiniBand and two stay on NVLink."""
     from hardware.comm import scale_up_domain_size
-    from perfmodel.step import crossing_boundaries
+    from perfmodel.step.time import crossing_boundaries
 
     assert scale_up_domain_size(H100) == 8
     plan = ParallelPlan(tp=4, pp=4)
@@ -313,7 +313,7 @@ def test_latency_and_sizing_count_virtual_engines_and_devices() -> None:
     assert lat.tpot_mean_s >= 0.99 * float(
         step_time(L70, H100, Batch.decode(1, 1000), plan=sr.plan).total_s
     )
-    size = q.instances_needed(sr, 3.5 * sr.rate_per_s, target_utilization=0.9)
+    size = q_goodput.instances_needed(sr, 3.5 * sr.rate_per_s, target_utilization=0.9)
     assert size.instances == 4 and size.devices == 4 * 8
     assert q.stability(sr, 1.01 * sr.rate_per_s).stable is False
 

@@ -16,10 +16,10 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from hardware.device import load_device
-from perfmodel import queueing as q
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
-from perfmodel.simulate import (
+from perfmodel.plan import ParallelPlan
+from perfmodel.serving import service as q
+from perfmodel.sim.simulate import (
     SimResult,
     make_setup,
     merge_results,
@@ -27,7 +27,7 @@ from perfmodel.simulate import (
     simulate_engines,
     simulate_workload,
 )
-from perfmodel.workload import preset
+from perfmodel.workload.presets import preset
 
 
 def _result(arr, q_t, q_len, *, rejected=0, end=10.0) -> SimResult:

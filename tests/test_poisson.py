@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from perfmodel.poisson import poisson_pmf, poisson_ppf
+from perfmodel.serving.poisson import poisson_pmf, poisson_ppf
 
 
 @pytest.mark.parametrize("rate", [1e-3, 0.1, 0.5, 1.0, 2.7, 10.0, 37.3, 100.0, 1000.0, 12345.6])

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from perfmodel.prefill_chain import (
+from perfmodel.serving.prefill_chain import (
     BacklogChain,
     Transition,
     compound_poisson,

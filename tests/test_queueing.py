@@ -10,14 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hardware.device import load_device
-from perfmodel import queueing as q
-from perfmodel.batch import Batch
 from perfmodel.errors import SpecError
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
-from perfmodel.servemix import mix_batch
-from perfmodel.step import step_time
-from perfmodel.workload import SLO, preset
+from perfmodel.plan import ParallelPlan
+from perfmodel.serving import goodput as q_goodput
+from perfmodel.serving import service as q
+from perfmodel.serving.servemix import mix_batch
+from perfmodel.step.batch import Batch
+from perfmodel.step.time import step_time
+from perfmodel.workload.presets import preset
+from perfmodel.workload.slo import SLO
 
 M8 = load_model("llama-3.1-8b")
 H100 = load_device("h100-sxm")
@@ -112,14 +114,14 @@ def test_unloaded_latency_is_the_step_times(chat_rate: q.ServiceRate) -> None:
 
 
 def test_goodput_and_infeasible_slo(chat_rate: q.ServiceRate) -> None:
-    g = q.goodput(chat_rate, SLO(ttft_s=1.0, tpot_s=0.05, percentile=0.9, goal=0.9))
+    g = q_goodput.goodput(chat_rate, SLO(ttft_s=1.0, tpot_s=0.05, percentile=0.9, goal=0.9))
     assert g.feasible and 0 < g.rate_per_s < chat_rate.rate_per_s
     assert g.at_goodput is not None and g.at_goodput.attainment >= 0.9
-    above = q.slo_attainment(
+    above = q_goodput.slo_attainment(
         q.latency(chat_rate, min(g.rate_per_s * 1.05, 0.999 * chat_rate.rate_per_s)), g.slo
     )
     assert above.attainment < 0.9 + 1e-9 or g.rate_per_s > 0.99 * chat_rate.rate_per_s
-    bad = q.goodput(chat_rate, SLO(ttft_s=0.001, tpot_s=0.05))
+    bad = q_goodput.goodput(chat_rate, SLO(ttft_s=0.001, tpot_s=0.05))
     assert not bad.feasible and bad.rate_per_s == 0
     assert "best achievable" in bad.explanation and "TTFT" in bad.explanation
     assert bad.best_ttft_quantile_s > 0.001
@@ -127,11 +129,11 @@ def test_goodput_and_infeasible_slo(chat_rate: q.ServiceRate) -> None:
 
 def test_instances_needed(chat_rate: q.ServiceRate) -> None:
     mu = chat_rate.rate_per_s
-    s = q.instances_needed(chat_rate, 2.5 * mu, target_utilization=0.8)
+    s = q_goodput.instances_needed(chat_rate, 2.5 * mu, target_utilization=0.8)
     assert s.instances == math.ceil(2.5 / 0.8)
     assert s.necessary_instances == 3
     assert s.utilization == pytest.approx(2.5 / 4)
-    g = q.instances_needed(chat_rate, 2.5 * mu, goodput_per_instance_per_s=0.3 * mu)
+    g = q_goodput.instances_needed(chat_rate, 2.5 * mu, goodput_per_instance_per_s=0.3 * mu)
     assert g.instances == 9 and g.limited_by == "goodput"
     assert g.devices == 9
 
@@ -149,8 +151,8 @@ def test_poisson_iteration_hand_checked() -> None:
     count J ~ Poisson(n_d) independent of K."""
     from scipy import stats
 
-    from perfmodel.servemix import poisson_iteration_s, request_moments
-    from perfmodel.workload import fixed_lengths
+    from perfmodel.serving.servemix import poisson_iteration_s, request_moments
+    from perfmodel.workload.lengths import fixed_lengths
 
     lengths = fixed_lengths(1000, 101)
     m = request_moments(lengths, 8192)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from perfmodel.classic_queues import (
+from perfmodel.serving.classic_queues import (
     distserve_ttft_inter_op_s,
     distserve_ttft_intra_op_s,
     distserve_ttft_single_s,
@@ -18,7 +18,7 @@ from perfmodel.classic_queues import (
     renewal_mean_age,
     work_conserving_capacity_tokens_per_s,
 )
-from perfmodel.workload import LengthDistribution
+from perfmodel.workload.lengths import LengthDistribution
 
 
 def _distserve_prefill_ms(a: float, b: float, c: float, tokens: int) -> float:

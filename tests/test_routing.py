@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from perfmodel.errors import SpecError
 from perfmodel.model import load_model
-from perfmodel.routing import (
+from perfmodel.moe.routing import (
     RoutingBatch,
     batch_for_model,
     counts_csv_text,

@@ -9,20 +9,21 @@ import numpy as np
 import pytest
 
 from hardware.device import load_device
-from perfmodel import queueing as q
-from perfmodel.batch import Batch
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
-from perfmodel.simulate import (
+from perfmodel.plan import ParallelPlan
+from perfmodel.serving import service as q
+from perfmodel.sim.simulate import (
     SimResult,
     make_setup,
     saturation_rate_per_s,
     simulate,
     simulate_workload,
 )
-from perfmodel.step import step_time
-from perfmodel.steptable import StepTable, build_step_table, random_batches
-from perfmodel.workload import Workload, load_trace, preset
+from perfmodel.step.batch import Batch
+from perfmodel.step.table import StepTable, build_step_table, random_batches
+from perfmodel.step.time import step_time
+from perfmodel.workload.presets import Workload, preset
+from perfmodel.workload.trace import load_trace
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "azure-llm-2023"
 M8 = load_model("llama-3.1-8b")

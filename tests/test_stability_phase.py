@@ -11,10 +11,12 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from hardware.device import load_device
-from perfmodel import queueing as q
 from perfmodel.model import load_model
-from perfmodel.parallel import ParallelPlan
-from perfmodel.workload import PRESETS, SLO, Workload, fixed_lengths, lognormal_lengths, preset
+from perfmodel.plan import ParallelPlan
+from perfmodel.serving import service as q
+from perfmodel.workload.lengths import fixed_lengths, lognormal_lengths
+from perfmodel.workload.presets import PRESETS, Workload, preset
+from perfmodel.workload.slo import SLO
 from reports.stability_plot import (
     StabilityPhase,
     scale_output_lengths,

@@ -6,13 +6,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hardware.device import load_device
-from perfmodel.batch import Batch
 from perfmodel.errors import SpecError
 from perfmodel.estimate import estimate
 from perfmodel.model import load_model
-from perfmodel.ops import layer_ops
-from perfmodel.parallel import ParallelPlan
-from perfmodel.step import roofline_floor_s, step_time
+from perfmodel.plan import ParallelPlan
+from perfmodel.step.batch import Batch
+from perfmodel.step.ops import layer_ops
+from perfmodel.step.time import roofline_floor_s, step_time
 
 H100 = load_device("h100-sxm")
 MODELS = {

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from hardware.maxaffine import MaxAffine
-from solvers.dispatch import Placement, dispatch_token, make_problem, token_lp
-from solvers.hardness import solve_activation_limit
-from solvers.token_balance import SUBSET_MAX_GPUS, subset_levels, token_balance
+from solvers.dispatch.hardness import solve_activation_limit
+from solvers.dispatch.solve import Placement, dispatch_token, make_problem, token_lp
+from solvers.dispatch.token_balance import SUBSET_MAX_GPUS, subset_levels, token_balance
 
 
 def _check_split(X: np.ndarray, counts: np.ndarray, mask: np.ndarray) -> None:

@@ -8,14 +8,11 @@ import numpy as np
 import pytest
 
 from perfmodel.errors import SpecError
-from perfmodel.workload import (
-    SLO,
-    RenewalArrivals,
-    Workload,
-    fixed_lengths,
-    load_trace,
-    preset,
-)
+from perfmodel.workload.arrivals import RenewalArrivals
+from perfmodel.workload.lengths import fixed_lengths
+from perfmodel.workload.presets import Workload, preset
+from perfmodel.workload.slo import SLO
+from perfmodel.workload.trace import load_trace
 
 DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "azure-llm-2023"
 

@@ -1,0 +1,240 @@
+"""Prefill/decode instance configurations, their iteration cost and the KV link between them.
+
+**Cost of an iteration**: :func:`phase_time_s` — the roofline ``step_time`` of the
+batch on the TP group, or, when the configuration carries a calibrated ``profile``
+(a ``MaxAffine`` over :data:`PHASE_FEATURES`, e.g. DistServe's measured
+``a + b·Σl + c·Σl²`` prefill and ``a + b·Σ(ctx+1) + c·N`` decode), that profile.
+
+The KV of a prompt moves from its prefill instance to its decode instance over a
+link (:func:`kv_link`); :func:`kv_transfer_time_s` costs it with
+``hardware.comm.collective_time_s`` (``p2p``). :class:`PhaseGoodput` is the per-instance
+result both phase models (``perfmodel.pd_prefill``, ``perfmodel.pd_decode``) return.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from hardware.comm import collective_time_s, link_for_group
+from hardware.device import Device, Link
+from hardware.maxaffine import MaxAffine
+from perfmodel.errors import SpecError
+from perfmodel.memory import kv_bytes_per_token_per_device
+from perfmodel.model import ModelSpec
+from perfmodel.plan import ParallelPlan
+from perfmodel.step.batch import Batch
+from perfmodel.step.time import step_time
+
+Arr = NDArray[np.float64]
+
+
+PHASES = ("prefill", "decode")
+KV_PLACEMENTS = ("auto", "scale-up", "scale-out")
+MAX_ATOMS = 96
+_RATE_ITERS = 40
+
+# ---- configurations and the KV link ----------------------------------------------------------
+
+
+#: Features a calibrated phase profile may use, each a sum over the iteration's sequences:
+#: ``prefill_tokens`` Σl, ``prefill_tokens_sq`` Σ(l² + 2·l·c) (= Σl² for fresh prompts),
+#: ``prefill_seqs`` the prompts, ``decode_seqs`` the decoding requests, ``decode_tokens``
+#: Σ(context + 1) over them (DistServe's ``Σ(context_len + 1)``).
+PHASE_FEATURES = (
+    "prefill_tokens",
+    "prefill_tokens_sq",
+    "prefill_seqs",
+    "decode_seqs",
+    "decode_tokens",
+)
+
+
+def phase_features(batch: Batch) -> dict[str, Arr]:
+    """The :data:`PHASE_FEATURES` of a batch (``prefill_tokens_sq = 2·pairs − tokens``)."""
+    return {
+        "prefill_tokens": batch.prefill_tokens,
+        "prefill_tokens_sq": 2.0 * batch.prefill_pairs - batch.prefill_tokens,
+        "prefill_seqs": batch.prefill_seqs,
+        "decode_seqs": batch.decode_seqs,
+        "decode_tokens": batch.decode_context + batch.decode_seqs,
+    }
+
+
+@dataclass(frozen=True)
+class PhaseConfig:
+    """One instance type of a phase: a device, a TP degree and (decode) a batch cap.
+
+    ``profile``: a calibrated cost profile of this phase's iterations on this TP group
+    (a :class:`hardware.maxaffine.MaxAffine` over :data:`PHASE_FEATURES`, e.g. DistServe's
+    measured prefill ``a + b·Σl + c·Σl²`` as one piece); when set it is evaluated instead
+    of the roofline ``step_time`` for every iteration of this configuration.
+    """
+
+    phase: str
+    device: Device
+    plan: ParallelPlan
+    batch_cap: int | None = None  # decode: most concurrent requests; None = KV memory only
+    profile: MaxAffine | None = field(default=None, compare=False)
+    kv_capacity_tokens: int | None = None  # decode: measured KV capacity; None = memory_fit
+
+    def __post_init__(self) -> None:
+        if self.phase not in PHASES:
+            raise SpecError(f"phase must be one of {PHASES}, got {self.phase!r}")
+        if self.batch_cap is not None and self.batch_cap < 1:
+            raise SpecError(f"batch cap must be a positive integer, got {self.batch_cap}")
+        if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < 1:
+            raise SpecError(
+                f"KV capacity must be a positive number of tokens, got {self.kv_capacity_tokens}"
+            )
+        if self.profile is not None:
+            bad = [f for f in self.profile.features if f not in PHASE_FEATURES]
+            if bad:
+                raise SpecError(
+                    f"{self.phase} profile feature(s) {', '.join(bad)} unknown; a phase "
+                    f"profile uses {', '.join(PHASE_FEATURES)}"
+                )
+
+    @property
+    def gpus(self) -> int:
+        return self.plan.tp
+
+    @property
+    def label(self) -> str:
+        cap = f" cap{self.batch_cap}" if self.batch_cap else ""
+        cal = " (calibrated)" if self.profile is not None else ""
+        return f"{self.device.id} TP{self.plan.tp}{cap}{cal}"
+
+
+def phase_time_s(model: ModelSpec, config: PhaseConfig, batch: Batch) -> Arr:
+    """Seconds of one iteration of ``batch`` on an instance of ``config``.
+
+    The calibrated ``config.profile`` when there is one, else the roofline
+    ``perfmodel.step.step_time`` of the batch on the instance's TP group.
+    """
+    if config.profile is not None:
+        feats = phase_features(batch)
+        return np.asarray(config.profile(**{f: feats[f] for f in config.profile.features}))
+    return step_time(model, config.device, batch, plan=config.plan).total_s
+
+
+@dataclass(frozen=True)
+class KVLink:
+    """Where the KV goes: the sender's and the receiver's link (per direction)."""
+
+    kind: str  # "scale-up" | "scale-out"
+    prefill_link: Link
+    decode_link: Link
+
+    @property
+    def name(self) -> str:
+        a, b = self.prefill_link.name, self.decode_link.name
+        return f"{self.kind} ({a})" if a == b else f"{self.kind} ({a} -> {b})"
+
+
+def _scale_out(device: Device) -> Link:
+    # a group larger than any scale-up domain resolves to the NIC (or host PCIe)
+    return link_for_group(device, 1 << 20)
+
+
+def kv_link(prefill: PhaseConfig, decode: PhaseConfig, placement: str = "auto") -> KVLink:
+    """The link a prefill instance sends KV to a decode instance over.
+
+    ``scale-up``: both instances sit in one scale-up domain (same device type and
+    ``tp_p + tp_d`` devices reachable over NVLink/xGMI/...), as in DistServe's
+    low-node-affinity placement. ``scale-out``: across nodes over the NIC (host PCIe
+    when the device has none). ``auto``: scale-up when possible, else scale-out.
+    """
+    if placement not in KV_PLACEMENTS:
+        raise SpecError(f"KV placement must be one of {KV_PLACEMENTS}, got {placement!r}")
+    group = prefill.plan.tp + decode.plan.tp
+    dev = prefill.device
+    up = link_for_group(dev, group) if dev == decode.device else None
+    in_node = up is not None and not any(up is x for x in (dev.scale_out, dev.host_link))
+    if placement == "scale-up" and not in_node:
+        raise SpecError(
+            f"a {prefill.label} prefill and a {decode.label} decode instance cannot share a "
+            "scale-up domain (different devices or too many GPUs); use --kv-link scale-out"
+        )
+    if in_node and placement != "scale-out":
+        assert up is not None
+        return KVLink("scale-up", up, up)
+    return KVLink("scale-out", _scale_out(prefill.device), _scale_out(decode.device))
+
+
+def kv_transfer_time_s(
+    model: ModelSpec,
+    tokens: ArrayLike,
+    *,
+    prefill: PhaseConfig,
+    decode: PhaseConfig,
+    link: KVLink,
+) -> Arr:
+    """Seconds to move the KV of ``tokens``-token prompts from prefill to decode.
+
+    Every prefill rank sends its shard while every decode rank receives its own, in
+    parallel: the slower side sets the time, ``max(p2p(s·kv_p), p2p(s·kv_d))`` with
+    ``kv_·`` the KV bytes per token one device of that side stores
+    (``memory.kv_bytes_per_token_per_device``) and ``p2p`` costed by
+    ``hardware.comm.collective_time_s`` on that side's link.
+    """
+    if prefill.plan.kv_dtype != decode.plan.kv_dtype:
+        raise SpecError("prefill and decode instances must store the KV in the same dtype")
+    s = np.asarray(tokens, dtype=np.float64)
+    send = s * kv_bytes_per_token_per_device(model, prefill.plan)
+    recv = s * kv_bytes_per_token_per_device(model, decode.plan)
+    return np.maximum(
+        collective_time_s("p2p", send, group=2, link=link.prefill_link),
+        collective_time_s("p2p", recv, group=2, link=link.decode_link),
+    )
+
+
+def receive_time_s(
+    model: ModelSpec, tokens: ArrayLike, *, decode: PhaseConfig, link: KVLink
+) -> Arr:
+    """Seconds the decode side's link is busy receiving the KV of each prompt."""
+    recv = np.asarray(tokens, dtype=np.float64) * kv_bytes_per_token_per_device(model, decode.plan)
+    return collective_time_s("p2p", recv, group=2, link=link.decode_link)
+
+
+# ---- results -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PhaseGoodput:
+    """Largest Poisson rate one instance serves within its phase's SLO percentile."""
+
+    config: PhaseConfig
+    feasible: bool
+    rate_per_s: float  # 0 when infeasible
+    per_gpu_rate_per_s: float
+    capacity_rate_per_s: float  # stability limit of the instance (1/E[S] or slots/hold)
+    link_capacity_per_s: float  # KV egress (prefill) or ingress (decode) limit of the link
+    limiter: str  # prefill: ttft | kv-link; decode: tpot | kv-memory | batch-cap
+    floor_s: float  # the percentile latency with no load: the smallest SLO that can be met
+    quantile_at_goodput_s: float
+    kv_capacity_tokens: int
+    note: str
+
+
+def max_rate(ok: Callable[[float], bool], hi: float, rel_tol: float = 1e-3) -> float:
+    """Largest rate in (0, hi) with ``ok`` true (``ok`` monotone: true below a threshold)."""
+    lo = 0.0
+    for _ in range(_RATE_ITERS):
+        if hi - lo <= rel_tol * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def weighted_quantile(x: Arr, w: Arr, q: float) -> float:
+    order = np.argsort(x, kind="stable")
+    cdf = np.cumsum(w[order])
+    return float(x[order][min(int(np.searchsorted(cdf, q - 1e-12)), x.size - 1)])

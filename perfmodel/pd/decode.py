@@ -1,0 +1,301 @@
+"""Decode instance model: TPOT goodput of one decode instance.
+
+**Decode instance**: continuous batching of decode steps; a request reserves its final
+KV (``s + o`` tokens) on admission (no preemption) and admission is FIFO while the KV
+capacity ``M`` and the batch cap allow. With ``N̄`` resident requests the step takes
+``t(N̄)`` (``step_time`` of a decode batch at the step-weighted mean context), and
+Little's law gives the fixed point ``N̄ = r·E[o − 1]·t(N̄)``. Admission is an M/G/c
+queue with ``c = min(cap, M / E[s + o])`` slots (Erlang C, Allen–Cunneen factor
+``(1 + c_H²)/2``). A tagged request's TPOT is its mean step time, normal around
+``t(N̄ + 1)`` with the variance of the M/G/∞ batch (``Var N = N̄``) averaged over its
+``o − 1`` steps, plus its admission wait spread over those steps.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import stats
+
+from perfmodel.errors import InfeasibleError, SpecError
+from perfmodel.memory import memory_fit
+from perfmodel.model import ModelSpec
+from perfmodel.pd.config import (
+    MAX_ATOMS,
+    KVLink,
+    PhaseConfig,
+    PhaseGoodput,
+    max_rate,
+    phase_time_s,
+    receive_time_s,
+    weighted_quantile,
+)
+from perfmodel.serving.classic_queues import erlang_c
+from perfmodel.serving.servemix import compress_atoms
+from perfmodel.step.batch import Batch
+from perfmodel.workload.lengths import LengthDistribution
+from perfmodel.workload.slo import SLO
+
+Arr = NDArray[np.float64]
+
+
+@dataclass(frozen=True)
+class DecodeProfile:
+    """What sets TPOT on a decode instance: step times, KV slots and output lengths."""
+
+    config: PhaseConfig
+    kv_capacity_tokens: int
+    slots: float  # c = min(cap, M / E[s + o])
+    slot_limit: str  # kv-memory | batch-cap
+    multi_fraction: float  # P(o >= 2): requests that decode at all
+    steps: Arr  # atoms of n = o − 1 (o >= 2 only)
+    step_weights: Arr
+    mean_context_tokens: float  # step-weighted mean context
+    batch_grid: Arr  # N values where the step time is tabulated
+    step_s: Arr  # t(N) at the mean context
+    var_coef_s2: float  # E[(∂t/∂N + ∂t/∂K·ctx)²] per resident (batch-noise variance / N̄)
+    floor_tpot: Arr  # unloaded TPOT per (s, o) atom (o >= 2)
+    floor_weights: Arr
+    receive_s_mean: float  # E[receive time]: the ingress link's occupancy per request
+
+    def step_at(self, n: float) -> float:
+        return float(np.interp(n, self.batch_grid, self.step_s))
+
+    def mean_batch(self, rate_per_s: float, limit: float | None = None) -> float | None:
+        """Fixed point ``N̄ = r·E[o−1]·t(N̄)``; None when it reaches the slots (unstable)."""
+        en = float(np.dot(self.step_weights, self.steps))
+        lam = rate_per_s * self.multi_fraction
+        lim = self.slots if limit is None else float(limit)
+        n = 0.0
+        for _ in range(500):
+            new = lam * en * self.step_at(n)
+            if new >= lim:
+                return None
+            if abs(new - n) <= 1e-9 * max(new, 1.0):
+                return new
+            n = new
+        return n
+
+    def tpot_cdf(self, rate_per_s: float, x_s: float, *, slot_limit: bool = True) -> float:
+        """``P(TPOT ≤ x)`` over decoding requests at a Poisson rate (0 when unstable).
+
+        ``slot_limit=False`` lifts the KV/batch-cap admission limit (no admission wait;
+        the batch may grow to the end of the tabulated grid).
+        """
+        nbar = self.mean_batch(rate_per_s, self.slots if slot_limit else self.batch_grid[-1] - 1)
+        if nbar is None:
+            return 0.0
+        n = self.steps
+        w = self.step_weights
+        t_bar = self.step_at(nbar)
+        en = float(np.dot(w, n))
+        # batch-noise: M/G/∞ correlation over the request's window of L = n steps
+        hold = n  # holding times of the others, in steps
+        ehold = en
+        L = n[:, None]
+        h = hold[None, :]
+        j = np.where(h >= L, L**2 * h / 2 - L**3 / 6, L * h**2 / 2 - h**3 / 6)
+        var_avg = nbar * 2.0 * (j @ w) / (ehold * n**2) * self.var_coef_s2
+        sigma = np.sqrt(np.maximum(var_avg, 0.0)) + 1e-12 * t_bar
+        mean = np.full(
+            n.shape, self.step_at(min(nbar + 1.0, self.slots) if slot_limit else nbar + 1)
+        )
+        base = stats.norm.cdf((x_s - mean) / sigma)
+        if not slot_limit:
+            return float(np.dot(w, base))
+        # admission wait: M/G/c, Erlang C with the Allen–Cunneen factor
+        offered = nbar
+        c_wait = erlang_c(self.slots, offered)
+        hold_s = en * t_bar
+        cv2 = float(np.dot(w, n**2)) / en**2 - 1.0
+        c_int = max(int(self.slots), 1)
+        wq = c_wait * hold_s / (c_int - offered) * (1 + cv2) / 2 if offered < c_int else math.inf
+        if not math.isfinite(wq):
+            return 0.0
+        if c_wait > 0 and wq > 0:
+            theta = wq / c_wait / n  # mean of the wait spread over the steps, given waiting
+            waited = _emg_cdf(x_s, mean, sigma, theta)
+        else:
+            waited = base
+        return float(np.dot(w, (1 - c_wait) * base + c_wait * waited))
+
+
+def decode_kv_capacity(model: ModelSpec, config: PhaseConfig, lengths: LengthDistribution) -> int:
+    """KV tokens a decode instance holds: ``config.kv_capacity_tokens`` when given (a
+    measured capacity), else ``memory_fit`` with an activation reserve sized for a decode
+    iteration of about twice the expected batch (at most 8192 tokens).
+
+    Raises InfeasibleError when the largest request cannot fit.
+    """
+    dev, plan = config.device, config.plan
+    if config.kv_capacity_tokens is not None:
+        M = config.kv_capacity_tokens
+    else:
+        mean_total = lengths.expect(lambda s, o: s + o)
+        slots0 = (
+            memory_fit(model, dev, plan, max_batched_tokens=256).kv_capacity_tokens / mean_total
+        )
+        reserve = int(min(max(256, 2 * (config.batch_cap or slots0)), 8192))
+        M = memory_fit(model, dev, plan, max_batched_tokens=reserve).kv_capacity_tokens
+    if lengths.max_total_tokens > M:
+        raise InfeasibleError(
+            f"{model.id} on {config.label}: KV capacity {M:,} tokens cannot hold the largest "
+            f"request ({lengths.max_total_tokens:,} tokens)"
+        )
+    return M
+
+
+def decode_profile(
+    model: ModelSpec,
+    config: PhaseConfig,
+    lengths: LengthDistribution,
+    *,
+    link: KVLink,
+) -> DecodeProfile:
+    """Step times, slots and output atoms of one decode instance type."""
+    M = decode_kv_capacity(model, config, lengths)
+    mean_total = lengths.expect(lambda s, o: s + o)
+    mem_slots = M / mean_total
+    slots = mem_slots if config.batch_cap is None else min(mem_slots, float(config.batch_cap))
+    limit = (
+        "batch-cap"
+        if config.batch_cap is not None and config.batch_cap < mem_slots
+        else ("kv-memory")
+    )
+    multi = lengths.output_tokens >= 2
+    p_multi = float(lengths.weights[multi].sum())
+    if p_multi <= 0:
+        raise SpecError("every request has one output token: there is nothing to decode")
+    sub_w = lengths.weights * multi / p_multi
+    steps, sw = compress_atoms(lengths.output_tokens - 1, sub_w, MAX_ATOMS)
+    sw, steps = sw[steps >= 1], steps[steps >= 1]
+    sw = sw / sw.sum()
+    e_steps = float(np.dot(sub_w, lengths.output_tokens - 1))
+    e_ctx_sum = float(
+        np.dot(
+            sub_w,
+            (lengths.output_tokens - 1) * lengths.input_tokens
+            + (lengths.output_tokens - 1) * (lengths.output_tokens - 2) / 2,
+        )
+    )
+    ctx = e_ctx_sum / e_steps
+    ctx2 = (
+        float(np.dot(sub_w, _sum_ctx_sq(lengths.input_tokens, lengths.output_tokens - 1))) / e_steps
+    )
+    top = 4 * slots + 8  # room above the slots for the unlimited (limiter) evaluation
+    grid = np.unique(np.concatenate([np.linspace(0, top, 513), np.arange(0, 9)]))
+    bt = phase_time_s(model, config, Batch.decode(np.maximum(grid, 1.0), ctx))
+    # sensitivities at a representative batch for the batch-noise variance
+    nb = max(1.0, 0.5 * slots)
+    k0 = nb * ctx
+    z3 = np.zeros(3)
+    pts = Batch(z3, z3, z3, z3, np.array([nb, nb + 1, nb]), np.array([k0, k0, k0 + ctx]))
+    t3 = phase_time_s(model, config, pts)
+    dn = float(t3[1] - t3[0])
+    dk = float(t3[2] - t3[0]) / ctx
+    var_coef = dn**2 + 2 * dn * dk * ctx + dk**2 * ctx2
+    # unloaded TPOT per request: alone, at its own mean context s + (o − 2)/2
+    fs, fo = lengths.input_tokens[multi], lengths.output_tokens[multi]
+    mctx, mw = compress_atoms(
+        np.rint(fs + (fo - 2) / 2).astype(np.int64), lengths.weights[multi] / p_multi, MAX_ATOMS
+    )
+    floor = phase_time_s(model, config, Batch.decode(1, mctx))
+    rs, rw = compress_atoms(lengths.input_tokens, lengths.weights, MAX_ATOMS)
+    recv = float(np.dot(rw, receive_time_s(model, rs, decode=config, link=link)))
+    return DecodeProfile(
+        config=config,
+        kv_capacity_tokens=M,
+        slots=slots,
+        slot_limit=limit,
+        multi_fraction=p_multi,
+        steps=steps,
+        step_weights=sw,
+        mean_context_tokens=ctx,
+        batch_grid=grid,
+        step_s=np.asarray(bt),
+        var_coef_s2=var_coef,
+        floor_tpot=np.asarray(floor),
+        floor_weights=mw,
+        receive_s_mean=recv,
+    )
+
+
+def _emg_cdf(x: float, mean: Arr, sigma: Arr, theta: Arr) -> Arr:
+    """CDF of Normal(mean, sigma²) + Exponential(mean theta) (exponentially modified normal)."""
+    k = theta / sigma
+    narrow = k > 1e3  # the normal is negligible next to the exponential
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        emg = stats.exponnorm.cdf(x, np.where(narrow, 1.0, k), loc=mean, scale=sigma)
+        expo = np.where(x > mean, -np.expm1(-(x - mean) / theta), 0.0)
+    return np.where(narrow, expo, emg)
+
+
+def _sum_ctx_sq(s: NDArray[np.int64], n: NDArray[np.int64]) -> Arr:
+    """``Σ_{j=1..n} (s + j − 1)²``: step-summed squared context of a request."""
+    s_ = s.astype(float)
+    n_ = n.astype(float)
+    return n_ * s_**2 + s_ * n_ * (n_ - 1) + (n_ - 1) * n_ * (2 * n_ - 1) / 6
+
+
+def decode_goodput(profile: DecodeProfile, slo: SLO) -> PhaseGoodput:
+    """Largest rate with ``P(TPOT ≤ slo.tpot_s) ≥ slo.percentile`` on one decode instance.
+
+    The rate counts every request routed to the instance (one-token outputs included).
+    ``limiter`` is ``kv-memory``/``batch-cap`` when lifting the slot limit would raise the
+    goodput by more than 2 %, else ``tpot``.
+    """
+    q = slo.percentile
+    cfg = profile.config
+    floor = weighted_quantile(profile.floor_tpot, profile.floor_weights, q)
+    en = float(np.dot(profile.step_weights, profile.steps))
+    cap = profile.slots / (en * profile.step_at(profile.slots)) / profile.multi_fraction
+    link_cap = 1.0 / profile.receive_s_mean if profile.receive_s_mean > 0 else math.inf
+    if floor > slo.tpot_s:
+        return PhaseGoodput(
+            cfg,
+            False,
+            0.0,
+            0.0,
+            cap,
+            link_cap,
+            "tpot",
+            floor,
+            floor,
+            profile.kv_capacity_tokens,
+            f"unloaded p{q * 100:g} TPOT is {floor * 1e3:.2f} ms",
+        )
+    hi = cap * 1.05
+    rate = max_rate(lambda r: profile.tpot_cdf(r, slo.tpot_s) >= q, hi)
+    free_rate = max_rate(lambda r: profile.tpot_cdf(r, slo.tpot_s, slot_limit=False) >= q, hi * 4)
+    limiter = profile.slot_limit if free_rate > 1.02 * rate else "tpot"
+    nbar = profile.mean_batch(rate) or profile.slots
+    quant = _tpot_quantile(profile, rate, q)
+    return PhaseGoodput(
+        cfg,
+        rate > 0,
+        rate,
+        rate / cfg.gpus,
+        cap,
+        link_cap,
+        limiter,
+        floor,
+        quant,
+        profile.kv_capacity_tokens,
+        f"{rate:.3g} req/s with a mean batch of {nbar:.1f} of {profile.slots:.0f} slots",
+    )
+
+
+def _tpot_quantile(profile: DecodeProfile, rate: float, q: float) -> float:
+    lo, hi = 0.0, float(profile.step_s.max()) * 4 + 1.0
+    if profile.tpot_cdf(rate, hi) < q:
+        return math.inf
+    for _ in range(50):
+        mid = 0.5 * (lo + hi)
+        if profile.tpot_cdf(rate, mid) < q:
+            lo = mid
+        else:
+            hi = mid
+    return hi

@@ -1,0 +1,254 @@
+"""Prefill instance model: TTFT goodput of one prefill instance (DistServe §3.1).
+
+**Prefill instance** (DistServe §3.1, eq. 1, generalized from M/D/1 to M/G/1): FCFS,
+one prompt at a time, ``D(s)`` = one prefill iteration of an ``s``-token prompt on the
+instance's TP group (its all-reduces included: the TP speed-up ``K`` of eq. 3 is not a
+parameter, it falls out of ``step_time``). The KV transfer ``X(s)`` follows on the
+instance's link, overlapped with the next prompt's prefill, so the pair is a tandem
+whose bottleneck occupancy per request is ``S(s) = max(D(s), X(s))``. The queue in front
+is M/G/1 with service ``S``; its waiting time has the Cramér–Lundberg tail
+``P(W > x) ≈ min(ρ, C·e^{−γx})`` where ``γ > 0`` solves ``λ(E[e^{γS}] − 1) = γ`` and
+``C = (1 − ρ)/(λ·E[S·e^{γS}] − 1)`` (exact for M/M/1: ``γ = μ − λ``, ``C = ρ``; Asmussen,
+*Applied Probability and Queues*, XIII.5). ``TTFT = W + D(s) + X(s)``: the first token
+counts as delivered when the decode instance holds the KV (vLLM-style disaggregated
+serving; it is the conservative reading of DistServe's TTFT). Prompts shorter than the
+critical length ``L_m`` are batched until the batch reaches ``L_m`` tokens (DistServe
+§3.1): past it a batch of prompts costs the sum of its prompts, below it they share one
+weight read. How full the batches are depends on the queue (Pollaczek–Khinchine wait,
+:meth:`PrefillProfile.at_rate`), so short prompts occupy the server for ``D(s)`` at light
+load and for their token share of a full batch near saturation
+(:func:`prefill_profile`, :func:`prefill_batch_tokens`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy import optimize
+
+from perfmodel.errors import SpecError
+from perfmodel.memory import memory_fit
+from perfmodel.model import ModelSpec
+from perfmodel.pd.config import (
+    MAX_ATOMS,
+    KVLink,
+    PhaseConfig,
+    PhaseGoodput,
+    kv_link,
+    kv_transfer_time_s,
+    max_rate,
+    phase_time_s,
+    weighted_quantile,
+)
+from perfmodel.serving.servemix import compress_atoms
+from perfmodel.step.batch import Batch
+from perfmodel.workload.lengths import LengthDistribution
+from perfmodel.workload.slo import SLO
+
+Arr = NDArray[np.float64]
+
+
+def mg1_wait_tail(rate_per_s: float, service_s: Arr, weights: Arr) -> tuple[float, float, float]:
+    """``(ρ, C, γ)`` of the M/G/1 FCFS wait tail ``P(W > x) ≈ min(ρ, C·e^{−γx})``.
+
+    Cramér–Lundberg: ``γ > 0`` solves ``λ(E[e^{γS}] − 1) = γ``, and
+    ``C = (1 − ρ)/(λ·E[S·e^{γS}] − 1)``. Requires ``ρ = λE[S] < 1``.
+    """
+    lam = rate_per_s
+    mean = float(np.dot(weights, service_s))
+    rho = lam * mean
+    if not 0 <= rho < 1:
+        raise SpecError("the M/G/1 wait tail needs 0 <= λ·E[S] < 1")
+    if lam == 0:
+        return 0.0, 0.0, math.inf
+    smax = float(service_s.max())
+
+    def f(g: float) -> float:
+        return lam * (float(np.dot(weights, np.exp(g * service_s))) - 1.0) - g
+
+    hi = 1.0 / smax
+    while f(hi) <= 0:
+        hi *= 2.0
+    gamma = float(optimize.brentq(f, hi / 2 if f(hi / 2) < 0 else 1e-12 / smax, hi, xtol=1e-12))
+    deriv = lam * float(np.dot(weights, service_s * np.exp(gamma * service_s))) - 1.0
+    c = (1.0 - rho) / deriv if deriv > 0 else rho
+    return rho, c, gamma
+
+
+@dataclass(frozen=True)
+class PrefillProfile:
+    """Prefill and KV-transfer times of a prefill instance over the prompt lengths."""
+
+    config: PhaseConfig
+    input_tokens: Arr
+    weights: Arr
+    prefill_s: Arr  # D_b(s): a full batch of batch_size(s) such prompts (alone: D(s))
+    transfer_s: Arr  # X(s)
+    link: KVLink
+    alone_s: Arr  # D(s): the prompt's iteration alone (the unloaded TTFT)
+    batch_size: Arr  # k(s) = ⌈L_m/s⌉ prompts per full batch below L_m, else 1
+    batch_tokens: int  # L_m
+
+    @property
+    def occupancy_s(self) -> Arr:
+        """Server time per prompt in full batches: ``D_b(s)/k(s)`` (saturation)."""
+        return self.prefill_s / self.batch_size
+
+    @property
+    def service_s(self) -> Arr:
+        return np.maximum(self.occupancy_s, self.transfer_s)
+
+    @property
+    def capacity_rate_per_s(self) -> float:
+        return 1.0 / float(np.dot(self.weights, self.service_s))
+
+    @property
+    def link_capacity_per_s(self) -> float:
+        return 1.0 / float(np.dot(self.weights, self.transfer_s))
+
+    def at_rate(self, rate_per_s: float) -> tuple[Arr, Arr]:
+        """``(own iteration, server time per prompt)`` at a Poisson rate.
+
+        A short prompt finds ``m = λ·P(short)·W`` short companions queued behind it when
+        its iteration starts (the short arrivals during its wait; ``W = λE[S²]/(2(1−ρ))``,
+        Pollaczek–Khinchine), so it runs in a batch of ``n = min(k, 1 + m)`` prompts
+        lasting ``D(s) + (n − 1)/(k − 1)·(D_b(s) − D(s))`` (linear in the batch: exact for
+        additive costs, above a roofline's flat part) and occupies the server for that
+        over ``n``. Fixed point in ``m``; full batches as ``ρ → 1``.
+        """
+        short = self.batch_size > 1
+        p_short = float(self.weights[short].sum())
+        span = np.where(short, self.batch_size - 1, 1.0)
+        own, svc = self.alone_s, np.maximum(self.alone_s, self.transfer_s)
+        if p_short == 0 or rate_per_s <= 0:
+            return own, svc
+        m = 0.0
+        for _ in range(100):
+            n = np.minimum(self.batch_size, 1.0 + m)
+            own = self.alone_s + (n - 1.0) / span * (self.prefill_s - self.alone_s)
+            svc = np.maximum(own / n, self.transfer_s)
+            rho = rate_per_s * float(np.dot(self.weights, svc))
+            if rho >= 1:
+                new = float(self.batch_size.max())
+            else:
+                wait = rate_per_s * float(np.dot(self.weights, svc**2)) / (2 * (1 - rho))
+                new = rate_per_s * p_short * wait
+            if abs(new - m) <= 1e-6 * max(new, 1.0):
+                break
+            m = new
+        return own, svc
+
+    def ttft_cdf(self, rate_per_s: float, x_s: float) -> float:
+        """``P(TTFT ≤ x)`` at a Poisson rate (0 when unstable)."""
+        own, svc = self.at_rate(rate_per_s)
+        if rate_per_s * float(np.dot(self.weights, svc)) >= 1:
+            return 0.0
+        rho, c, g = mg1_wait_tail(rate_per_s, svc, self.weights)
+        y = x_s - own - self.transfer_s
+        with np.errstate(over="ignore"):
+            tail = np.minimum(rho, c * np.exp(-g * np.maximum(y, 0.0)))
+        return float(np.dot(self.weights, np.where(y < 0, 0.0, 1.0 - tail)))
+
+    def ttft_quantile_s(self, rate_per_s: float, q: float) -> float:
+        lo = float((self.alone_s + self.transfer_s).min())
+        if self.ttft_cdf(rate_per_s, lo) >= q:
+            return lo
+        if rate_per_s * float(np.dot(self.weights, self.at_rate(rate_per_s)[1])) >= 1:
+            return math.inf
+        hi = 2.0 * lo + 1.0
+        while self.ttft_cdf(rate_per_s, hi) < q:
+            hi *= 2.0
+        for _ in range(60):
+            mid = 0.5 * (lo + hi)
+            if self.ttft_cdf(rate_per_s, mid) < q:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+
+def prefill_profile(
+    model: ModelSpec,
+    config: PhaseConfig,
+    lengths: LengthDistribution,
+    *,
+    decode: PhaseConfig,
+    placement: str = "auto",
+) -> PrefillProfile:
+    """Tabulate ``D(s)`` and ``X(s)`` over (at most 96) prompt-length atoms.
+
+    Prompt batching (DistServe §3.1, ``formal_models.md`` §2.2): prompts shorter than
+    ``L_m`` (:func:`prefill_batch_tokens`) share an iteration with the short prompts
+    waiting behind them until the batch reaches ``L_m`` tokens, ``k(s) = ⌈L_m/s⌉`` like
+    prompts when full. ``D_b(s)`` is that full batch; how full it is at a rate is
+    :meth:`PrefillProfile.at_rate`.
+    """
+    s, w = compress_atoms(lengths.input_tokens, lengths.weights, MAX_ATOMS)
+    link = kv_link(config, decode, placement)
+    lm = prefill_batch_tokens(model, config)
+    alone = phase_time_s(model, config, Batch.prefill(1, s))
+    k = np.where(s < lm, np.ceil(lm / s), 1.0)
+    full = np.where(k > 1, phase_time_s(model, config, Batch.prefill(k, s)), alone)
+    x = kv_transfer_time_s(model, s, prefill=config, decode=decode, link=link)
+    return PrefillProfile(config, s, w, np.asarray(full), np.asarray(x), link, alone, k, lm)
+
+
+def prefill_batch_tokens(model: ModelSpec, config: PhaseConfig) -> int:
+    """``L_m``: the prompt length past which prefill is compute-bound (DistServe §3.1).
+
+    ``L_m = √2·L*`` with ``L*`` the shortest prompt whose time grows by at least √2
+    when it doubles, ``t(2L) ≥ √2·t(L)`` (elasticity ½ over an octave). For a roofline
+    that is flat (one weight read) up to its ridge ``R`` and linear after, ``L_m = R``;
+    for an affine ``a + b·L``, ``L_m = a/b`` (fixed cost = per-token cost). Batching
+    prompts beyond ``L_m`` tokens saves little and delays every prompt in the batch.
+    """
+    grid = np.unique(np.rint(np.geomspace(1.0, 1 << 17, 241)))
+    t = phase_time_s(model, config, Batch.prefill(1, np.concatenate([grid, 2 * grid])))
+    t1, t2 = t[: grid.size], t[grid.size :]
+    hit = np.flatnonzero(t2 >= math.sqrt(2.0) * t1)
+    return round(math.sqrt(2.0) * float(grid[hit[0]])) if hit.size else int(grid[-1])
+
+
+def prefill_goodput(profile: PrefillProfile, slo: SLO, *, model: ModelSpec) -> PhaseGoodput:
+    """Largest rate with ``P(TTFT ≤ slo.ttft_s) ≥ slo.percentile`` on one prefill instance."""
+    q = slo.percentile
+    cfg = profile.config
+    floor = weighted_quantile(profile.alone_s + profile.transfer_s, profile.weights, q)
+    cap = profile.capacity_rate_per_s
+    link_cap = profile.link_capacity_per_s
+    link_bound = link_cap <= 1.0 / float(np.dot(profile.weights, profile.occupancy_s))
+    kv_cap = memory_fit(model, cfg.device, cfg.plan).kv_capacity_tokens
+    if floor > slo.ttft_s:
+        x_q = weighted_quantile(profile.transfer_s, profile.weights, q)
+        return PhaseGoodput(
+            cfg,
+            False,
+            0.0,
+            0.0,
+            cap,
+            link_cap,
+            "kv-link" if link_bound else "ttft",
+            floor,
+            floor,
+            kv_cap,
+            f"unloaded p{q * 100:g} TTFT is {floor * 1e3:.1f} ms (KV transfer "
+            f"{x_q * 1e3:.1f} ms of it over {profile.link.name})",
+        )
+    rate = max_rate(lambda r: profile.ttft_cdf(r, slo.ttft_s) >= q, cap)
+    quant = profile.ttft_quantile_s(rate, q)
+    return PhaseGoodput(
+        cfg,
+        rate > 0,
+        rate,
+        rate / cfg.gpus,
+        cap,
+        link_cap,
+        "kv-link" if link_bound else "ttft",
+        floor,
+        quant,
+        kv_cap,
+        f"{rate:.3g} req/s at {rate / cap:.0%} of the prefill capacity {cap:.3g} req/s",
+    )

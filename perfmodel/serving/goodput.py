@@ -1,0 +1,157 @@
+"""SLO attainment, goodput (the largest rate meeting an attainment goal) and sizing.
+
+Built on :mod:`perfmodel.serving.service` (service rate, stability, latency at a rate).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from perfmodel.errors import InfeasibleError, SpecError
+from perfmodel.serving.latency import LatencyEstimate
+from perfmodel.serving.service import ServiceRate, latency
+from perfmodel.workload.arrivals import check_rate
+from perfmodel.workload.slo import SLO
+
+
+@dataclass(frozen=True)
+class Attainment:
+    """SLO check at one rate."""
+
+    rate_per_s: float
+    attainment: float  # P(TTFT ≤ target)·P(TPOT ≤ target) (independence approximation)
+    ttft_quantile_s: float  # at slo.percentile
+    tpot_quantile_s: float
+    meets_percentiles: bool
+    meets_goal: bool
+
+
+def slo_attainment(est: LatencyEstimate, slo: SLO) -> Attainment:
+    """Fraction of requests meeting both targets, and the percentile check."""
+    a = est.ttft_cdf(slo.ttft_s) * est.tpot_cdf(slo.tpot_s) if est.stable else 0.0
+    tq = est.ttft_quantile_s(slo.percentile)
+    pq = est.tpot_quantile_s(slo.percentile)
+    return Attainment(
+        rate_per_s=est.rate_per_s,
+        attainment=a,
+        ttft_quantile_s=tq,
+        tpot_quantile_s=pq,
+        meets_percentiles=tq <= slo.ttft_s and pq <= slo.tpot_s,
+        meets_goal=a >= slo.goal,
+    )
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """Largest rate meeting the SLO goal; when none does, the best achievable."""
+
+    feasible: bool
+    rate_per_s: float  # 0 when infeasible
+    per_device_rate_per_s: float
+    slo: SLO
+    at_goodput: Attainment | None
+    best_attainment: float  # at a vanishing rate
+    best_ttft_quantile_s: float  # at a vanishing rate, at slo.percentile
+    best_tpot_quantile_s: float
+    explanation: str
+
+
+def goodput(service: ServiceRate, slo: SLO, *, rel_tol: float = 1e-3) -> Goodput:
+    """Bisection on λ in (0, μ) for the largest rate with attainment ≥ ``slo.goal``."""
+    mu = service.rate_per_s
+    lo_rate = mu * 1e-4
+    low = slo_attainment(latency(service, lo_rate), slo)
+    if not low.meets_goal or not service.largest_request_fits:
+        what = []
+        if low.ttft_quantile_s > slo.ttft_s:
+            what.append(f"p{slo.percentile * 100:g} TTFT {low.ttft_quantile_s * 1e3:.1f} ms")
+        if low.tpot_quantile_s > slo.tpot_s:
+            what.append(f"p{slo.percentile * 100:g} TPOT {low.tpot_quantile_s * 1e3:.2f} ms")
+        return Goodput(
+            feasible=False,
+            rate_per_s=0.0,
+            per_device_rate_per_s=0.0,
+            slo=slo,
+            at_goodput=None,
+            best_attainment=low.attainment,
+            best_ttft_quantile_s=low.ttft_quantile_s,
+            best_tpot_quantile_s=low.tpot_quantile_s,
+            explanation=(
+                f"no rate meets the SLO on this configuration: even unloaded, attainment is "
+                f"{low.attainment:.1%} < goal {slo.goal:.0%}"
+                + (f" (best achievable {', '.join(what)})" if what else "")
+            ),
+        )
+    lo, hi = lo_rate, mu
+    best = low
+    while hi - lo > rel_tol * mu:
+        mid = 0.5 * (lo + hi)
+        a = slo_attainment(latency(service, mid), slo)
+        if a.meets_goal:
+            lo, best = mid, a
+        else:
+            hi = mid
+    return Goodput(
+        feasible=True,
+        rate_per_s=lo,
+        per_device_rate_per_s=lo / service.devices,
+        slo=slo,
+        at_goodput=best,
+        best_attainment=low.attainment,
+        best_ttft_quantile_s=low.ttft_quantile_s,
+        best_tpot_quantile_s=low.tpot_quantile_s,
+        explanation=(
+            f"goodput {lo:.3g} req/s per instance ({lo / mu:.0%} of μ); attainment "
+            f"{best.attainment:.1%} there"
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Sizing:
+    """Instances (each ``tp·pp`` devices) for an arrival rate."""
+
+    rate_per_s: float
+    instances: int  # recommended: meets target utilization (and goodput when given)
+    devices: int
+    necessary_instances: int  # smallest N with λ/N < μ
+    guaranteed_instances: int  # Nie et al.'s sufficient N ≥ λ/(μ(1−δ)); 0 if δ ≥ 1
+    utilization: float  # λ/(N·μ) at the recommendation
+    limited_by: str  # "utilization" | "goodput"
+
+
+def instances_needed(
+    service: ServiceRate,
+    rate_per_s: float,
+    *,
+    target_utilization: float = 0.8,
+    goodput_per_instance_per_s: float | None = None,
+) -> Sizing:
+    """``N = ⌈λ / (ρ_target·μ)⌉``, raised to ``⌈λ/goodput⌉`` when a goodput is given.
+
+    Replicas are independent (round-robin or join-shortest-queue load balancing), so N
+    instances serve ``N·μ`` (Nie et al. §cluster sizing).
+    """
+    check_rate(rate_per_s)
+    if not 0 < target_utilization <= 1:
+        raise SpecError(f"target utilization must be in (0, 1], got {target_utilization}")
+    mu = service.rate_per_s
+    n_util = max(1, math.ceil(rate_per_s / (target_utilization * mu) - 1e-12))
+    n, limited = n_util, "utilization"
+    if goodput_per_instance_per_s is not None:
+        if goodput_per_instance_per_s <= 0:
+            raise InfeasibleError("the SLO cannot be met on this configuration at any rate")
+        n_g = max(1, math.ceil(rate_per_s / goodput_per_instance_per_s - 1e-12))
+        if n_g > n:
+            n, limited = n_g, "goodput"
+    g = service.guaranteed_rate_per_s
+    return Sizing(
+        rate_per_s=rate_per_s,
+        instances=n,
+        devices=n * service.devices,
+        necessary_instances=math.floor(rate_per_s / mu) + 1,
+        guaranteed_instances=math.ceil(rate_per_s / g - 1e-12) if g > 0 else 0,
+        utilization=rate_per_s / (n * mu),
+        limited_by=limited,
+    )

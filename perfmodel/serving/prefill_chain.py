@@ -1,0 +1,463 @@
+"""The prefill backlog of a continuous-batching engine as a Markov chain over iterations.
+
+Chunked prefill with a token budget ``B`` per iteration serves prompts FIFO: each
+iteration carries its ``n_d`` decodes and up to ``B' = B − n_d`` prompt tokens from the
+front of the queue. Let ``U_k`` be the prompt tokens waiting (or part-done) at the start
+of iteration ``k``. The iteration carries ``P_k = min(U_k, B')`` of them and lasts
+``τ(P_k)`` (``perfmodel.step.step_time`` of ``n_d`` decodes and ``P_k`` prompt tokens);
+the prompts that arrive meanwhile (Poisson, rate ``λ``) join the queue::
+
+    U_{k+1} = U_k − min(U_k, B') + A_k,   A_k ~ compound Poisson(λ·τ(P_k), prompt sizes)
+
+— a bulk-service queue observed at iteration starts (Bailey 1954; Chaudhry & Templeton,
+*A First Course in Bulk Queues*, 1983), with a service time that depends on the
+batch. On a grid of ``δ = B'/G`` tokens it is a finite Markov chain; its stationary law
+``π`` (per iteration) gives the iteration mix. Prompt sizes are put on the grid by
+splitting each atom's mass between its two neighbours (keeps ``E[s]``).
+
+**Tagged request** (Palm calculus). A Poisson arrival finds iteration ``k`` in state ``u``
+with probability ``π(u)·τ(u)/E_π[τ]`` (PASTA: time-stationary), at a uniform position
+``v`` in it (Gauss–Legendre quadrature over ``v``). By the Slivnyak–Mecke theorem the
+other arrivals of that iteration are an independent compound Poisson stream, split at
+``v`` into ``A_before ~ CP(λvτ)`` and ``A_after ~ CP(λ(1 − v)τ)``. FIFO, so the request
+(``s`` tokens) waits for ``Y = (u − P(u)) + A_before + s`` tokens: it gets its first token
+at the end of iteration ``k + m``, ``m = ⌈Y/B'⌉``. Iterations ``k+1 … k+m−1`` are full
+(``τ(B')``), and the state at the start of ``k+1`` is ``Z = Y + A_after``, so the state
+at the start of its last prefill iteration is ``Z`` moved ``m − 1`` steps by the chain
+(those steps are exactly ``U → U − B' + A``). Hence
+
+    E[TTFT] = P(busy)·E_π[τ²]/(2E_π[τ]) + E[(m − 1)]·τ(B') + E[τ(P) at that state],
+
+and the law of the state one step later is where its decode steps start: its ``j``-th
+decode iteration has mean ``ξ·T^{j−1}·τ₊`` (``ξ`` that law, ``T`` the transition matrix,
+``τ₊`` the step time with the request itself among the decodes). Short outputs decode
+right behind the prompts that queued up during their own wait — the iterations a
+decoding request sees carry prefill more often than the average iteration.
+
+Numerics: ``π`` from a banded linear solve (:func:`_stationary`); ``G = 32`` points per
+budget (64 moves the latency means by < 0.5 %), halved when the backlog spans more than
+``COARSE_LEVELS`` budgets; the decode profile is followed for ``PROFILE_STEPS``
+iterations and then extrapolated geometrically; for ``m ≥ 2`` the arrivals after the
+request in its arrival iteration use the rate averaged over ``(u, v)`` given ``m``.
+
+Assumptions, stated once: ``n_d`` is fixed at its mean (Little); prompt lengths are
+independent of output lengths in the tagged computation; a prompt may take the whole
+remaining budget in one iteration (chunk ``C ≥ B'``; a smaller ``C`` is applied in
+:mod:`perfmodel.latency`); the step time of ``P`` prompt tokens takes them as one prompt
+if ``P ≤ ℓ = E[s²]/E[s]`` (length-biased mean) and as ``P/ℓ`` prompts of ``ℓ`` otherwise
+(this sets the attention pairs and logit rows only).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+from scipy.linalg import solve_banded
+
+from hardware.device import Device
+from perfmodel.model import ModelSpec
+from perfmodel.plan import ParallelPlan
+from perfmodel.serving.servemix import RequestMoments
+from perfmodel.step.batch import Batch
+from perfmodel.step.time import step_time
+from perfmodel.workload.lengths import LengthDistribution
+
+Arr = NDArray[np.float64]
+GRID_PER_BUDGET = 32  # G: grid points per budget B' (64 changes the means by < 0.5 %)
+MAX_LEVELS = 128  # the state space is at most this many budgets
+TAIL_MASS = 1e-7  # stationary mass allowed in the top budget of the grid
+V_NODES = 4  # Gauss–Legendre nodes for the arrival position (8 moves the means < 0.1 %)
+_TINY = 1e-15  # arrival probabilities below this are dropped from the banded solve
+PROFILE_STEPS = 150  # decode iterations followed exactly (then a geometric tail)
+COARSE_LEVELS = 24  # beyond this many budgets of backlog, G is halved
+
+
+def grid_pmf(values: NDArray[np.int64], weights: Arr, grid_tokens: float) -> Arr:
+    """Prompt sizes on the grid ``0, δ, 2δ, …``, each atom split between its neighbours."""
+    x = values.astype(np.float64) / grid_tokens
+    lo = np.floor(x).astype(np.int64)
+    frac = x - lo
+    n = int(lo.max()) + 2
+    f = np.bincount(lo, weights=weights * (1 - frac), minlength=n)
+    f += np.bincount(lo + 1, weights=weights * frac, minlength=n)
+    return f / f.sum()
+
+
+@dataclass(frozen=True)
+class PromptLaw:
+    """The prompt-length marginal: distinct lengths, their probabilities and two moments."""
+
+    tokens: NDArray[np.int64]
+    weights: Arr
+    mean_tokens: float  # E[s]
+    biased_mean_tokens: float  # ℓ = E[s²]/E[s]: mean length of the prompt a token is in
+
+
+def prompt_law(lengths: LengthDistribution) -> PromptLaw:
+    """The marginal law of the input lengths of ``lengths``."""
+    u, inv = np.unique(lengths.input_tokens, return_inverse=True)
+    w = np.bincount(inv, weights=lengths.weights).astype(np.float64)
+    s = u.astype(np.float64)
+    mean = float(w @ s)
+    return PromptLaw(u, w, mean, float(w @ (s * s)) / mean)
+
+
+def compound_poisson(rates: Arr, jump_pmf: Arr, n: int) -> Arr:
+    """Rows ``CP(rate_i, jump_pmf)`` on ``0 … n−1``; the mass at ``≥ n − 1`` lumped at ``n − 1``.
+
+    ``pmf = IFFT(exp(r·(F − 1)))`` with ``F`` the FFT of the jump law (the probability
+    generating function on the unit circle), on at least ``2n`` points: the mass that
+    wraps around is that beyond ``2n``, negligible for the rates used here (the grid holds
+    several budgets; one iteration's arrivals are below one budget on average).
+    """
+    size = 1 << max(math.ceil(math.log2(2 * max(n, jump_pmf.size))), 4)
+    F = np.fft.rfft(jump_pmf, size)
+    pmf = np.fft.irfft(np.exp(np.outer(rates, F - 1.0)), size, axis=1)[:, :n]
+    pmf = np.maximum(pmf, 0.0)
+    pmf[:, -1] += np.maximum(1.0 - pmf.sum(axis=1), 0.0)
+    return pmf
+
+
+class Transition:
+    """``x ↦ x·T`` without forming ``T`` (``n × n``): rows ``i ≤ G`` are the arrival laws
+    ``A_i`` of an iteration carrying ``i·δ`` prompt tokens; a row ``i > G`` is ``A_G``
+    shifted by ``i − G`` (a full iteration serves ``B'`` and leaves ``U − B'``), applied as
+    one FFT convolution. Mass beyond the grid is lumped at its top state.
+    """
+
+    def __init__(self, arrivals: Arr) -> None:
+        self.arrivals = arrivals  # (G + 1, n)
+        self.per_budget = arrivals.shape[0] - 1
+        self.states = arrivals.shape[1]
+        self._size = 1 << math.ceil(math.log2(2 * self.states))
+        self._full_hat = np.fft.rfft(arrivals[-1], self._size)
+
+    def __call__(self, x: Arr) -> Arr:
+        """``x·T`` for a row vector (or the rows of a 2-D array) over the states."""
+        G, n = self.per_budget, self.states
+        # an explicit product-sum (no BLAS call: its threads stall on a busy machine)
+        y = (x[..., : G + 1, None] * self.arrivals).sum(axis=-2)
+        tail = np.zeros((*x.shape[:-1], n - G))
+        tail[..., 1:] = x[..., G + 1 :]  # state G + k leaves k grid steps
+        conv = np.fft.irfft(np.fft.rfft(tail, self._size) * self._full_hat, self._size)
+        y += np.maximum(conv[..., :n], 0.0)
+        y[..., -1] += np.maximum(conv[..., n:], 0.0).sum(axis=-1)
+        return y
+
+
+@dataclass(frozen=True)
+class BacklogChain:
+    """The prefill-backlog chain at one operating point (see the module docstring)."""
+
+    rate_per_s: float
+    decode_seqs: float  # n_d
+    budget_tokens: float  # B' = B − n_d
+    grid_tokens: float  # δ = B'/G
+    per_budget: int  # G
+    step_s: Arr  # τ(min(U, B')) per state
+    prompt_pmf: Arr  # prompt sizes on the grid
+    transition: Transition  # x ↦ x·T
+    stationary: Arr  # π (per iteration)
+
+    @property
+    def states(self) -> int:
+        return int(self.stationary.size)
+
+    @property
+    def levels(self) -> int:
+        """Budgets ``B'`` the grid spans."""
+        return (self.states - 1) // self.per_budget
+
+    @property
+    def mean_step_s(self) -> float:
+        """``E_π[τ]``: the mean iteration time (per iteration)."""
+        return float(self.stationary @ self.step_s)
+
+    @property
+    def mean_residual_s(self) -> float:
+        """``E_π[τ²]/(2E_π[τ])``: mean remaining time of the iteration a random instant sees."""
+        return float(self.stationary @ self.step_s**2) / (2 * self.mean_step_s)
+
+    @property
+    def prefill_fraction(self) -> float:
+        """Fraction of iterations carrying prompt tokens: ``1 − π(0)``."""
+        return float(1.0 - self.stationary[0])
+
+    @property
+    def full_fraction(self) -> float:
+        """Fraction of iterations whose prompt tokens fill the budget: ``π(U ≥ B')``."""
+        return float(self.stationary[self.per_budget :].sum())
+
+
+def prefill_step_s(
+    model: ModelSpec,
+    device: Device,
+    plan: ParallelPlan,
+    m: RequestMoments,
+    prompts: PromptLaw,
+    *,
+    prompt_tokens: ArrayLike,
+    decode_seqs: float,
+) -> Arr:
+    """``τ(P)``: iteration time with ``decode_seqs`` decodes and ``P`` prompt tokens."""
+    ell = prompts.biased_mean_tokens
+    p = np.asarray(prompt_tokens, dtype=np.float64)
+    per_prompt = np.minimum(p, ell)  # tokens of one prompt in the iteration
+    ctx = m.decode_context_tokens / max(m.decode_steps, 1e-12)
+    kv_per_token = m.prefill_kv_read_tokens / m.input_tokens
+    batch = Batch(
+        prefill_tokens=p,
+        prefill_seqs=np.where(p > 0, np.maximum(p / ell, 1.0), 0.0),
+        prefill_pairs=p * (per_prompt + 1) / 2,
+        prefill_kv_read=p * kv_per_token,
+        decode_seqs=np.full(p.shape, decode_seqs),
+        decode_context=np.full(p.shape, decode_seqs * ctx),
+    )
+    return np.asarray(step_time(model, device, batch, plan=plan).total_s, dtype=np.float64)
+
+
+def _stationary(arrivals: Arr) -> Arr:
+    """``π`` with ``π·T = π``: a banded linear solve (LAPACK ``gbsv``).
+
+    Fix ``π₀ = 1`` and drop the balance equation of the top state (the rank of
+    ``T − I`` is ``n − 1``): what is left only involves ``T[i, j]`` with
+    ``i − G ≤ j ≤ i + w`` (a full iteration serves ``G`` grid steps; ``w`` is the reach of
+    one iteration's arrivals, pmf entries below ``1e-15`` dropped), a band of ``G + w``
+    diagonals — ``O(n·w·(G + w))`` work whatever the load.
+    """
+    G = arrivals.shape[0] - 1
+    n = arrivals.shape[1]
+    body = arrivals[:, : n - 1]  # column n − 1 (the lumped top) is not needed
+    reach_a = int(np.nonzero(body[G] > _TINY)[0].max(initial=0))
+    nz = body > _TINY
+    last = np.where(nz.any(axis=1), n - 2 - np.argmax(nz[:, ::-1], axis=1), 0)
+    w = max(int((last - np.arange(G + 1)).max()), reach_a - G, 0)
+    lo, up = w + 1, G - 1  # sub- and super-diagonals of M[j, i − 1] = T[i, j] − [i = j]
+    ab = np.zeros((lo + up + 1, n - 1))
+    clean = np.where(body > _TINY, body, 0.0)
+    for i in range(1, min(G, n - 1) + 1):  # rows i ≤ G: A_i from j = 0
+        j1 = min(i + w + 1, n - 1)
+        ab[up + np.arange(j1) - (i - 1), i - 1] = clean[i, :j1]
+    # rows i > G: A_G shifted by i − G, i.e. the same diagonals ab[up − G + 1 + t] = a[t]
+    t = np.arange(min(w + G + 1, n - 1))
+    cols = np.arange(G, n - 1)  # c = i − 1
+    keep = (cols[None, :] - G + 1 + t[:, None]) <= n - 2  # j = i − G + t within the system
+    ab[up - G + 1 + t[:, None], cols[None, :]] = np.where(keep, clean[G, t][:, None], 0.0)
+    ab[up + 1, : n - 2] -= 1.0  # the diagonal −π_j: M[j, j − 1] for j = 1 … n − 2
+    rhs = -np.where(body[0] > _TINY, body[0], 0.0)
+    rhs[0] += 1.0
+    x = solve_banded((lo, up), ab, rhs, check_finite=False)
+    pi = np.maximum(np.concatenate([[1.0], x]), 0.0)
+    return pi / pi.sum()
+
+
+def backlog_chain(
+    model: ModelSpec,
+    device: Device,
+    plan: ParallelPlan,
+    prompts: PromptLaw,
+    m: RequestMoments,
+    *,
+    rate_per_s: float,
+    decode_seqs: float,
+    max_batched_tokens: int,
+    per_budget: int = GRID_PER_BUDGET,
+    min_levels: int = 4,
+) -> BacklogChain | None:
+    """The stationary chain, or ``None`` when the prompts alone overload full iterations.
+
+    The chain is positive recurrent iff the prompt tokens arriving during a full iteration
+    are fewer than it serves: ``λ·τ(B')·E[s] < B'`` (the drift of ``U`` above ``B'``).
+    The grid covers enough budgets that the top one holds < ``TAIL_MASS`` of ``π``
+    (at most ``MAX_LEVELS``; beyond, the backlog is lumped at the top of the grid).
+    """
+    lam = rate_per_s
+    b_prime = max(max_batched_tokens - decode_seqs, 1.0)
+    G = per_budget
+    delta = b_prime / G
+    f = grid_pmf(prompts.tokens, prompts.weights, delta)
+    tau = prefill_step_s(
+        model,
+        device,
+        plan,
+        m,
+        prompts,
+        prompt_tokens=np.arange(G + 1) * delta,
+        decode_seqs=decode_seqs,
+    )
+    # near the compute edge the backlog spans many budgets: halve the grid (every other
+    # point of the same τ) so the state space stays ≤ MAX_LEVELS·G/2 + 1
+    drift = lam * tau[G] * prompts.mean_tokens / b_prime
+    if G % 2 == 0 and drift < 1 and max(min_levels, 2 / (1 - drift)) > COARSE_LEVELS:
+        G, delta, tau = G // 2, 2 * delta, tau[::2]
+        f = grid_pmf(prompts.tokens, prompts.weights, delta)
+    return solve_chain(
+        tau,
+        f,
+        rate_per_s=lam,
+        decode_seqs=decode_seqs,
+        budget_tokens=b_prime,
+        min_levels=min_levels,
+    )
+
+
+def solve_chain(
+    step_s: ArrayLike,
+    prompt_pmf: Arr,
+    *,
+    rate_per_s: float,
+    decode_seqs: float,
+    budget_tokens: float,
+    min_levels: int = 4,
+) -> BacklogChain | None:
+    """The chain from its inputs on the grid: ``τ`` at ``P = 0, δ, …, B'`` (``G + 1``
+    values, ``δ = B'/G``) and the prompt-size pmf on the grid; None if not recurrent."""
+    lam, tau, f = rate_per_s, np.asarray(step_s, dtype=np.float64), prompt_pmf
+    G = tau.size - 1
+    drift = lam * tau[G] * float(np.dot(np.arange(f.size), f)) / G
+    if drift >= 1:
+        return None
+    # the backlog above B' is a random walk with drift −(1 − drift)·G per iteration: its
+    # stationary mean is O(1/(1 − drift)) budgets; start there and double until the top
+    # budget holds a negligible mass
+    levels = max(
+        min_levels, 2 * math.ceil(f.size / G) + 2, min(math.ceil(2 / (1 - drift)), MAX_LEVELS)
+    )
+    while True:
+        n = levels * G + 1
+        arrivals = compound_poisson(lam * tau, f, n)
+        pi = _stationary(arrivals)
+        if pi[n - G :].sum() < TAIL_MASS or levels >= MAX_LEVELS:
+            break
+        levels = min(2 * levels, MAX_LEVELS)
+    return BacklogChain(
+        rate_per_s=lam,
+        decode_seqs=decode_seqs,
+        budget_tokens=budget_tokens,
+        grid_tokens=budget_tokens / G,
+        per_budget=G,
+        step_s=np.concatenate([tau, np.full(n - G - 1, tau[G])]),
+        prompt_pmf=f,
+        transition=Transition(arrivals),
+        stationary=pi,
+    )
+
+
+def _lump(z: Arr, n: int) -> Arr:
+    """``z`` (non-negative part) on ``0 … n−1`` with the mass beyond lumped at ``n − 1``."""
+    z = np.maximum(z, 0.0)
+    out = z[:n].copy()
+    out[-1] += z[n:].sum()
+    return out
+
+
+@dataclass(frozen=True)
+class TaggedRequest:
+    """What a typical request sees (see the module docstring)."""
+
+    residual_s: float  # E_π[τ²]/(2E_π[τ]) (before the busy probability)
+    full_iterations: float  # E[m − 1]: full iterations before its last prefill iteration
+    full_wait_s: float  # E[m − 1]·τ(B')
+    last_prefill_s: float  # E[τ] of the iteration that emits its first token
+    decode_step_s: Arr  # E_j, the mean time of its j-th decode iteration, j = 1 … J
+    stationary_step_s: float  # E_∞, the limit of E_j
+    tail_ratio: float = 0.0  # E_j − E_∞ = (E_J − E_∞)·r^{j−J} for j > J
+
+    def mean_tpot_s(self, decode_steps: Arr) -> Arr:
+        """``(1/n)·Σ_{j≤n} E_j`` for each ``n`` in ``decode_steps`` (``n ≥ 1``)."""
+        e, lim, r = self.decode_step_s, self.stationary_step_s, self.tail_ratio
+        cum = np.concatenate([[0.0], np.cumsum(e)])
+        n = np.asarray(decode_steps, dtype=np.float64)
+        k = np.minimum(n, e.size).astype(np.int64)
+        extra = n - k  # steps beyond the computed profile
+        excess = (e[-1] - lim) * r * (1 - r**extra) / (1 - r) if r > 0 else 0.0 * n
+        return (cum[k] + extra * lim + excess) / n
+
+
+def tagged_request(
+    chain: BacklogChain, *, decode_step_s: Arr, max_steps: int, rel_tol: float = 1e-4
+) -> TaggedRequest:
+    """TTFT components and the decode-step profile of a typical request.
+
+    ``decode_step_s`` is ``τ₊`` per state (the iteration time with the request itself
+    among the decodes); ``max_steps`` bounds the profile (the largest ``o − 1``).
+    """
+    G, lam = chain.per_budget, chain.rate_per_s
+    pi, tau, T, f = chain.stationary, chain.step_s, chain.transition, chain.prompt_pmf
+    n = pi.size
+    b = chain.mean_step_s
+    # arrival iteration, by class p = min(u, G) (leftover u − p only in class G), time-weighted
+    w_state = pi * tau / b
+    leftover = np.zeros((G + 1, n))
+    leftover[np.arange(G), 0] = w_state[:G]
+    leftover[G, : n - G] = w_state[G:]
+    tau_p = tau[: G + 1]
+    nodes, wts = np.polynomial.legendre.leggauss(V_NODES)
+    v, wv = (nodes + 1) / 2, wts / 2
+    size = 1 << math.ceil(math.log2(2 * n + f.size))
+    F = np.fft.rfft(f, size)
+    L_hat = np.fft.rfft(leftover, size, axis=1)  # (G+1, size/2+1)
+    before = compound_poisson(lam * np.outer(tau_p, v).ravel(), f, n).reshape(G + 1, V_NODES, n)
+    after = compound_poisson(lam * np.outer(tau_p, 1 - v).ravel(), f, n).reshape(G + 1, V_NODES, n)
+    Y = np.fft.irfft(L_hat[:, None, :] * np.fft.rfft(before, size, axis=2) * F, size, axis=2)
+    Y = np.maximum(Y[:, :, :n], 0.0) * wv[None, :, None]
+    A_hat = np.fft.rfft(after, size, axis=2)
+    # the request's last prefill iteration is the m-th from the next one, m = max(1, ⌈y/G⌉)
+    m_of_y = np.maximum(1, np.ceil(np.arange(n) / G)).astype(np.int64)
+    y_tot = Y.sum(axis=(0, 1))
+    mass_m = np.bincount(m_of_y, weights=y_tot, minlength=2)
+    total = float(mass_m.sum())
+    full_iters = float(np.dot(np.maximum(np.arange(mass_m.size) - 1, 0), mass_m)) / total
+    # Z_m: state law at the start of iteration k + 1 with R's prompt ending in iteration
+    # k + m. m = 1 exactly (A_after depends on the arrival iteration and the position);
+    # m ≥ 2: A_after is a small part of what arrives before R's last iteration, and its
+    # rate is averaged over (u, v) given m (one convolution per m).
+    one = m_of_y == 1
+    y1 = np.where(one[None, None, :], Y, 0.0)
+    z1 = np.fft.irfft((np.fft.rfft(y1, size, axis=2) * A_hat).sum(axis=(0, 1)), size)
+    zs = [_lump(z1, n)]
+    rate_pv = lam * np.outer(tau_p, 1 - v)  # (G+1, V)
+    top = int(np.nonzero(mass_m > 1e-9 * total)[0].max(initial=1))
+    if top >= 2:
+        ms = np.arange(2, top + 1)
+        sel = m_of_y[None, :] == ms[:, None]  # (top − 1, n)
+        w_pv = np.einsum("pvy,my->mpv", Y, sel.astype(np.float64))
+        r_bar = (w_pv * rate_pv).sum(axis=(1, 2)) / np.maximum(w_pv.sum(axis=(1, 2)), 1e-300)
+        a_bar = compound_poisson(r_bar, f, n)
+        ym = np.where(sel, y_tot[None, :], 0.0)
+        zm = np.fft.irfft(np.fft.rfft(ym, size, axis=1) * np.fft.rfft(a_bar, size, axis=1), size)
+        zs += [_lump(z, n) for z in zm]
+    # start = Σ_m Z_m·T^{m−1} (Horner): the law at the start of its last prefill iteration
+    start = zs[-1]
+    for z in reversed(zs[:-1]):
+        start = T(start) + z
+    start /= start.sum()
+    last = float(start @ tau)
+    # decode profile: E_j = ξ·T^{j−1}·τ₊, ξ = start·T, until it reaches the stationary
+    # value; after PROFILE_STEPS its remaining excess is extrapolated geometrically with
+    # the ratio of the last two excesses (the chain's slowest mode)
+    xi = T(start)
+    limit = float(pi @ decode_step_s)
+    prof: list[float] = []
+    ratio = 0.0
+    for _ in range(max(min(int(max_steps), PROFILE_STEPS), 1)):
+        e = float(xi @ decode_step_s)
+        prof.append(e)
+        if abs(e - limit) <= rel_tol * limit:
+            break
+        xi = T(xi)
+    else:
+        if len(prof) >= 2 and abs(prof[-2] - limit) > 0:
+            ratio = min(max((prof[-1] - limit) / (prof[-2] - limit), 0.0), 0.9999)
+    return TaggedRequest(
+        residual_s=chain.mean_residual_s,
+        full_iterations=full_iters,
+        full_wait_s=full_iters * float(tau[G]),
+        last_prefill_s=last,
+        decode_step_s=np.asarray(prof),
+        stationary_step_s=limit,
+        tail_ratio=ratio,
+    )

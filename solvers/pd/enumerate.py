@@ -1,0 +1,178 @@
+"""PD planner, step 1: enumerate and evaluate per-phase configurations.
+
+**Enumerate** per-phase configurations: device type × TP (× decode batch cap). Each
+prefill configuration is evaluated against every decode *class* (device, TP), since
+the KV transfer in its TTFT depends on the receiver (``perfmodel.pd_models``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from hardware.device import Device
+from hardware.maxaffine import MaxAffine
+from perfmodel.errors import InfeasibleError, SpecError
+from perfmodel.memory import describe_shortfall, memory_fit
+from perfmodel.model import ModelSpec
+from perfmodel.pd.config import PhaseConfig, PhaseGoodput, kv_link
+from perfmodel.pd.decode import DecodeProfile, decode_goodput, decode_profile
+from perfmodel.pd.prefill import prefill_goodput, prefill_profile
+from perfmodel.plan import ParallelPlan
+from perfmodel.workload.lengths import LengthDistribution
+from perfmodel.workload.slo import SLO
+
+TP_CANDIDATES = (1, 2, 4, 8)
+
+# ---- enumeration -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PhaseOptions:
+    """Evaluated configurations: prefill per decode class, decode per class."""
+
+    prefill: dict[tuple[str, int], list[PhaseGoodput]]
+    decode: dict[tuple[str, int], list[PhaseGoodput]]
+    links: dict[tuple[str, int], str]
+    profiles: dict[tuple[str, int], list[DecodeProfile]]
+
+
+def parallel_plan(tp: int, dtype: str, kv_dtype: str) -> ParallelPlan:
+    return ParallelPlan(tp=tp, weight_dtype=dtype, act_dtype=dtype, kv_dtype=kv_dtype)
+
+
+def valid_tps(model: ModelSpec, tps: Sequence[int] = TP_CANDIDATES) -> list[int]:
+    out = []
+    for tp in tps:
+        try:
+            model.check_tp(tp)
+        except SpecError:
+            continue
+        out.append(tp)
+    return out
+
+
+#: Calibrated phase profiles, keyed ``(phase, device id, TP)``.
+PhaseProfiles = Mapping[tuple[str, str, int], MaxAffine]
+
+
+def phase_tps(
+    model: ModelSpec, phase: str, dev: Device, tps: Sequence[int], profiles: PhaseProfiles | None
+) -> list[tuple[int, MaxAffine | None]]:
+    """TP degrees to enumerate for a phase on a device, with their calibrated profiles.
+
+    A phase with a calibrated profile for some TP on this device is enumerated only at
+    the TPs that have one (a measured profile is not mixed with roofline configurations
+    of the same phase and device); otherwise every valid TP, costed by the roofline.
+    """
+    valid = valid_tps(model, tps)
+    mine = {k[2]: v for k, v in (profiles or {}).items() if k[:2] == (phase, dev.id)}
+    if not mine:
+        return [(tp, None) for tp in valid]
+    return [(tp, mine[tp]) for tp in valid if tp in mine]
+
+
+def evaluate_options(
+    model: ModelSpec,
+    lengths: LengthDistribution,
+    slo: SLO,
+    *,
+    prefill_devices: Sequence[Device],
+    decode_devices: Sequence[Device],
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    decode_batch_caps: Sequence[int | None] = (None,),
+    placement: str = "auto",
+    tp_candidates: Sequence[int] = TP_CANDIDATES,
+    profiles: PhaseProfiles | None = None,
+    kv_capacity_tokens: Mapping[tuple[str, int], int] | None = None,
+) -> PhaseOptions:
+    """Per-instance goodputs of every configuration that fits (see the module docstring).
+
+    ``profiles``: calibrated phase cost profiles by ``(phase, device id, TP)`` (see
+    :func:`phase_tps`); configurations without one are costed by the roofline.
+    ``kv_capacity_tokens``: measured decode KV capacities by ``(device id, TP)``
+    (default: ``memory_fit``).
+    Raises InfeasibleError when the model fits no configuration of a phase.
+    """
+    max_in = int(lengths.input_tokens.max())
+    pre_cfgs: list[PhaseConfig] = []
+    short: list[str] = []
+    for dev in prefill_devices:
+        for tp, prof in phase_tps(model, "prefill", dev, tp_candidates, profiles):
+            plan = parallel_plan(tp, dtype, kv_dtype)
+            fit = memory_fit(
+                model, dev, plan, batch=2, context_len=max_in, max_batched_tokens=max_in
+            )
+            if fit.fits:
+                pre_cfgs.append(PhaseConfig("prefill", dev, plan, profile=prof))
+            else:
+                short.append(describe_shortfall(fit, model, dev, tp))
+    if not pre_cfgs:
+        raise InfeasibleError(
+            f"{model.id} fits no prefill configuration (TP {', '.join(map(str, tp_candidates))}): "
+            + "; ".join(short[-1:])
+        )
+    dec: dict[tuple[str, int], list[PhaseGoodput]] = {}
+    profs: dict[tuple[str, int], list[DecodeProfile]] = {}
+    links: dict[tuple[str, int], str] = {}
+    reasons: list[str] = []
+    probe_p = pre_cfgs[0]
+    for dev in decode_devices:
+        for tp, cost in phase_tps(model, "decode", dev, tp_candidates, profiles):
+            for cap in decode_batch_caps:
+                kv = (kv_capacity_tokens or {}).get((dev.id, tp))
+                cfg = PhaseConfig("decode", dev, parallel_plan(tp, dtype, kv_dtype), cap, cost, kv)
+                try:
+                    link = kv_link(
+                        probe_p, cfg, "scale-out" if placement == "scale-out" else "auto"
+                    )
+                    dprof = decode_profile(model, cfg, lengths, link=link)
+                except InfeasibleError as e:
+                    reasons.append(str(e))
+                    continue
+                dec.setdefault((dev.id, tp), []).append(decode_goodput(dprof, slo))
+                profs.setdefault((dev.id, tp), []).append(dprof)
+    if not dec:
+        raise InfeasibleError(
+            f"{model.id} fits no decode configuration: " + (reasons[-1] if reasons else "")
+        )
+    pre: dict[tuple[str, int], list[PhaseGoodput]] = {}
+    for cls, goods in dec.items():
+        dcfg = goods[0].config
+        for pc in pre_cfgs:
+            try:
+                pprof = prefill_profile(model, pc, lengths, decode=dcfg, placement=placement)
+            except SpecError:
+                continue  # this pair cannot use the requested placement
+            pre.setdefault(cls, []).append(prefill_goodput(pprof, slo, model=model))
+            links.setdefault(cls, pprof.link.name)
+    return PhaseOptions(pre, dec, links, profs)
+
+
+def check_feasible(opts: PhaseOptions, slo: SLO) -> None:
+    """Clear errors when no configuration of a phase can meet its SLO even unloaded."""
+    q = f"p{slo.percentile * 100:g}"
+    pre = [g for gs in opts.prefill.values() for g in gs]
+    if not any(g.feasible for g in pre):
+        best = min(pre, key=lambda g: g.floor_s)
+        if best.limiter == "kv-link":
+            raise InfeasibleError(
+                f"the KV link is too slow (binding constraint: kv-link): {best.note}; the "
+                f"TTFT SLO {slo.ttft_s * 1e3:.0f} ms cannot be met -- use a faster link "
+                "(--kv-link scale-up) or raise --ttft-slo-ms"
+            )
+        raise InfeasibleError(
+            f"TTFT SLO {slo.ttft_s * 1e3:.0f} ms is below the unloaded {q} TTFT floor of "
+            f"{best.floor_s * 1e3:.1f} ms (best: {best.config.label}, {best.note}); raise "
+            f"--ttft-slo-ms to at least {math.ceil(best.floor_s * 1e3)}"
+        )
+    dec = [g for gs in opts.decode.values() for g in gs]
+    if not any(g.feasible for g in dec):
+        best = min(dec, key=lambda g: g.floor_s)
+        raise InfeasibleError(
+            f"TPOT SLO {slo.tpot_s * 1e3:.1f} ms is below the unloaded {q} TPOT floor of "
+            f"{best.floor_s * 1e3:.2f} ms (best: {best.config.label}); raise --tpot-slo-ms "
+            f"to at least {math.ceil(best.floor_s * 1e4) / 10:.1f}"
+        )

@@ -1,0 +1,74 @@
+"""Rate-free optimum (fractional instances) and DistServe's one-node unit search."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfmodel.errors import InfeasibleError
+from perfmodel.pd.config import PhaseGoodput
+from solvers.pd.enumerate import PhaseOptions
+
+
+@dataclass(frozen=True)
+class FluidOptimum:
+    """Best goodput per GPU as λ → ∞ (instance counts fractional): DistServe's ratio."""
+
+    prefill: PhaseGoodput
+    decode: PhaseGoodput
+    per_gpu_rate_per_s: float  # 1 / (tp_p/g_p + tp_d/g_d)
+    instance_ratio: float  # prefill : decode instances = g_d / g_p
+    gpu_ratio: float  # prefill : decode GPUs
+
+
+def fluid_optimum(opts: PhaseOptions) -> FluidOptimum:
+    """The pair maximizing goodput per GPU with fractional instance counts."""
+    best: FluidOptimum | None = None
+    for c in set(opts.prefill) & set(opts.decode):
+        for p in opts.prefill[c]:
+            for d in opts.decode[c]:
+                if not (p.feasible and d.feasible):
+                    continue
+                gp = min(p.rate_per_s, p.link_capacity_per_s)
+                gd = min(d.rate_per_s, d.link_capacity_per_s)
+                a, b = p.config.gpus / gp, d.config.gpus / gd
+                f = FluidOptimum(p, d, 1.0 / (a + b), gd / gp, a / b)
+                if best is None or f.per_gpu_rate_per_s > best.per_gpu_rate_per_s:
+                    best = f
+    if best is None:
+        raise InfeasibleError("no prefill/decode pair of configurations meets both SLOs")
+    return best
+
+
+@dataclass(frozen=True)
+class UnitChoice:
+    """DistServe's search inside one node: one prefill + one decode instance, replicated."""
+
+    tp_prefill: int
+    tp_decode: int
+    per_gpu_rate_per_s: float
+    prefill_goodput_per_s: float
+    decode_goodput_per_s: float
+    table: tuple[tuple[int, int, float], ...]  # every (tp_p, tp_d, per-GPU rate) tried
+
+
+def distserve_unit_search(opts: PhaseOptions, *, gpus_per_node: int) -> UnitChoice:
+    """``max min(g_p, g_d)/(tp_p + tp_d)`` over ``tp_p + tp_d ≤ gpus_per_node`` (PP = 1).
+
+    DistServe's low-node-affinity placement (Alg. 2 with one pipeline stage): a prefill
+    and a decode instance share a node and the unit is replicated.
+    """
+    rows = []
+    best = None
+    for c in opts.decode:
+        for d in opts.decode[c]:
+            for p in opts.prefill.get(c, []):
+                tp_p, tp_d = p.config.gpus, d.config.gpus
+                if tp_p + tp_d > gpus_per_node:
+                    continue
+                r = min(p.rate_per_s, d.rate_per_s) / (tp_p + tp_d)
+                rows.append((tp_p, tp_d, r))
+                if best is None or r > best[2]:
+                    best = (tp_p, tp_d, r, p.rate_per_s, d.rate_per_s)
+    if best is None:
+        raise InfeasibleError(f"no prefill + decode pair fits in {gpus_per_node} GPUs")
+    return UnitChoice(best[0], best[1], best[2], best[3], best[4], tuple(sorted(rows)))
