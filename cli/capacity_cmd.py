@@ -64,6 +64,27 @@ def _setup(
     return m, d, plan, w
 
 
+#: Most engine iterations a simulation may need before it is refused up front (each costs
+#: 20 µs - 1 ms of wall time); ``perfmodel --no-limits`` lifts it.
+MAX_SIM_ITERATIONS = 2_000_000
+
+
+def _check_sim_work(n_requests: int, lengths: Any, max_batched_tokens: int) -> None:
+    """Refuse a simulation whose iterations alone (every token passes through an iteration
+    of at most ``max_batched_tokens``) are over the limit."""
+    from cli.validate import no_limits
+
+    tokens = lengths.mean_input_tokens + lengths.mean_output_tokens
+    est = n_requests * tokens / max_batched_tokens
+    if est > MAX_SIM_ITERATIONS and not no_limits():
+        raise fail(
+            f"this simulation needs at least {est:.3g} engine iterations ({n_requests} "
+            f"requests x {tokens:.0f} tokens / --max-batched-tokens {max_batched_tokens}), "
+            f"over the limit {MAX_SIM_ITERATIONS:,}; raise --max-batched-tokens, lower "
+            "--requests, or pass `perfmodel --no-limits ...`"
+        )
+
+
 def _ms(x: float) -> float:
     return x * 1e3
 
@@ -90,6 +111,7 @@ def capacity_cmd(
 ) -> None:
     """Service rate μ and its binding bound, stability, latency, goodput, instances needed."""
     from perfmodel.serving import goodput as q_goodput
+    from perfmodel.serving import remedy
     from perfmodel.serving import service as q
     from perfmodel.workload.slo import SLO
 
@@ -118,7 +140,26 @@ def capacity_cmd(
         target_utilization=target_utilization,
         goodput_per_instance_per_s=gp.rate_per_s if gp.feasible else None,
     )
+    ok = remedy.practical(gp, sr.rate_per_s)
+    change = (
+        None
+        if ok
+        else remedy.cheapest_change(
+            m,
+            d,
+            plan,
+            w,
+            slo,
+            rate,
+            max_batched_tokens=sr.max_batched_tokens,
+            target_utilization=target_utilization,
+        )
+    )
+    verdict = "feasible" if ok else remedy.explain_infeasible(gp, sr.rate_per_s, change)
     out = {
+        "slo_feasible": ok,
+        "slo_verdict": verdict,
+        "change": change.to_dict() if change else None,
         "model": m.id,
         "hardware": d.id,
         "tp": plan.tp,
@@ -162,12 +203,12 @@ def capacity_cmd(
             "explanation": gp.explanation,
         },
         "sizing": {
-            "instances": size.instances,
-            "devices": size.devices,
+            "instances": size.instances if ok else None,
+            "devices": size.devices if ok else None,
             "necessary_instances": size.necessary_instances,
             "guaranteed_instances": size.guaranteed_instances,
-            "utilization": size.utilization,
-            "limited_by": size.limited_by if gp.feasible else "utilization (SLO infeasible)",
+            "utilization": size.utilization if ok else None,
+            "limited_by": size.limited_by if ok else "SLO infeasible on this configuration",
         },
     }
     if json_out:
@@ -180,6 +221,8 @@ def capacity_cmd(
         f"KV {sr.kv_capacity_tokens:,} tokens ({sr.effective_kv_tokens:,.0f} usable under FIFO "
         "admission)"
     )
+    if not ok:
+        typer.echo(f"  SLO {verdict.upper()[:10]}{verdict[10:]}")
     if plan.pp > 1:
         typer.echo(
             f"  pipeline: {pp} virtual engines, each with budget {sr.max_batched_tokens} "
@@ -216,11 +259,17 @@ def capacity_cmd(
         f"  SLO p{slo_percentile * 100:g} TTFT ≤ {ttft_slo_ms:g} ms, TPOT ≤ {tpot_slo_ms:g} ms, "
         f"goal {goal:.0%}: {gp.explanation}"
     )
-    typer.echo(
-        f"  instances for {rate:.3g} req/s: {size.instances} ({size.devices} devices, "
-        f"utilization {size.utilization:.0%}, limited by "
-        f"{out['sizing']['limited_by']}); at least {size.necessary_instances} for stability"
-    )
+    if ok:
+        typer.echo(
+            f"  instances for {rate:.3g} req/s: {size.instances} ({size.devices} devices, "
+            f"utilization {size.utilization:.0%}, limited by "
+            f"{out['sizing']['limited_by']}); at least {size.necessary_instances} for stability"
+        )
+    else:
+        typer.echo(
+            f"  instances for {rate:.3g} req/s: none meets the SLO on this configuration "
+            f"(at least {size.necessary_instances} for stability alone)"
+        )
 
 
 @handle_errors
@@ -250,6 +299,8 @@ def simulate_cmd(
     if requests < 1:
         raise fail(f"--requests must be >= 1, got {requests}")
     m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv, pp)
+    n_sim = w.trace.n if w.trace is not None and rate_per_s is None else requests
+    _check_sim_work(n_sim, w.lengths, max_batched_tokens)
     sr = q.service_rate(
         m,
         d,

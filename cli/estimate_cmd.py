@@ -37,6 +37,7 @@ def _breakdown(step: StepTime) -> list[dict[str, object]]:
 def estimate_dict(e: Estimate) -> dict[str, object]:
     f = e.memory
     return {
+        "fits": f.fits,
         "model": e.model.id,
         "hardware": e.device.id,
         "tp": e.plan.tp,
@@ -117,6 +118,21 @@ def estimate_cmd(
         f"{m.id} on {where} (weights {plan.weight_dtype}, math {plan.act_dtype}, "
         f"KV {plan.kv_dtype}); batch {batch}, {input_len} in / {output_len} out"
     )
+    if f.fits:
+        typer.echo(
+            f"  memory: fits; {f.weight_bytes / GiB:.1f} GiB weights/device"
+            f"{f' (stage {f.stage})' if pp > 1 else ''}, KV capacity "
+            f"{f.kv_capacity_tokens:,} tokens = {f.max_batch(input_len + output_len)} "
+            f"requests of {input_len + output_len} tokens"
+        )
+        if f.max_batch(input_len + output_len) < batch:
+            typer.echo(
+                f"  DOES NOT FIT: the KV cache holds {f.max_batch(input_len + output_len)} of "
+                f"the batch's {batch} requests; lower --batch or raise --tp"
+            )
+    else:
+        typer.echo("  DOES NOT FIT: " + describe_shortfall(f, m, d, tp))
+        typer.echo("  (the times below are what it would take if it fit; not achievable)")
     if pp > 1:
         typer.echo(
             f"  pipeline: {pp} stages of {tp} devices; {pp} virtual engines of up to "
@@ -137,15 +153,6 @@ def estimate_cmd(
         f"{100 * float(bound['comm']) / tot:.0f}% communication; arithmetic intensity "
         f"{e.decode_arith_intensity:.0f} FLOP/B vs ridge {e.ridge_flop_per_byte:.0f}"
     )
-    if f.fits:
-        typer.echo(
-            f"  memory: fits; {f.weight_bytes / GiB:.1f} GiB weights/device"
-            f"{f' (stage {f.stage})' if pp > 1 else ''}, KV capacity "
-            f"{f.kv_capacity_tokens:,} tokens = {f.max_batch(input_len + output_len)} "
-            f"requests of {input_len + output_len} tokens"
-        )
-    else:
-        typer.echo("  memory: " + describe_shortfall(f, m, d, tp))
     rows = [
         [o["op"], o["count"], f"{o['total_ms']:.3f}", o["bound"]] for o in _breakdown(e.decode_mid)
     ]

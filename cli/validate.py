@@ -115,6 +115,10 @@ LISTS: dict[str, tuple[str, float, bool, int]] = {
     "output_tokens": ("int", 1, False, 64),
     "kv_grid_tokens": ("int", 1, False, 64),
 }
+#: Options taking one of a few words (checked here where the command does not).
+CHOICES: dict[str, tuple[str, ...]] = {
+    "kv_link": ("auto", "scale-up", "scale-out"),
+}
 #: Largest entry of an integer list option (tokens).
 MAX_LIST_INT = 10**7
 
@@ -200,6 +204,10 @@ def check_options(params: Mapping[str, Any]) -> None:
             check_number(name, value, rule)
         elif name in LISTS and isinstance(value, str):
             parse_list(name, value)
+        elif name in CHOICES and value not in CHOICES[name]:
+            raise SpecError(
+                f"{flag(name)} must be one of {', '.join(CHOICES[name])}; got {value!r}"
+            )
 
 
 def check_out(path: Path | None, *, force: bool, f: str = "--out") -> None:
