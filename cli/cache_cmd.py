@@ -274,7 +274,13 @@ def curve_cmd(
     curves = _hit_curves(spec)
     from reports.cache_plot import cache_figure, figure_html
 
-    write_atomic(out, figure_html(cache_figure(plan, curves)), force=force)
+    title = (
+        f"Cache budget: {model} on {tp}x {hardware}, {workload if trace is None else trace.name}"
+        f" at {rate_per_s:g} req/s (p{percentile * 100:g} TTFT ≤ {ttft_slo_ms:g} ms, "
+        f"TPOT ≤ {tpot_slo_ms:g} ms)"
+    )
+    fig = cache_figure(plan, curves, title=title, rate_per_s=rate_per_s)
+    write_atomic(out, figure_html(fig), force=force)
     if json_out:
         echo_json(
             {
