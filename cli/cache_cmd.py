@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
+from perfmodel.units import MS_PER_S
 
 app = typer.Typer(
     help="Memory budgets: KV cache vs offloaded-expert cache vs LoRA adapters.",
@@ -145,15 +146,15 @@ def plan_dict(plan: Any) -> dict[str, Any]:
             "service_rate_per_s": ev.service_rate_per_s,
             "bound": ev.binding,
             "utilization": ev.utilization,
-            "tpot_mean_ms": ev.tpot_mean_s * 1e3,
-            "tpot_quantile_ms": ev.tpot_quantile_s * 1e3,
-            "ttft_quantile_ms": ev.ttft_quantile_s * 1e3,
+            "tpot_mean_ms": ev.tpot_mean_s * MS_PER_S,
+            "tpot_quantile_ms": ev.tpot_quantile_s * MS_PER_S,
+            "ttft_quantile_ms": ev.ttft_quantile_s * MS_PER_S,
             "slo_attainment": ev.attainment,
             "slo_goodput_per_s": ev.slo_goodput_per_s,
             "expert_misses_per_step": ev.expert_misses_per_step,
-            "expert_fetch_ms_per_step": ev.expert_penalty_s * 1e3,
+            "expert_fetch_ms_per_step": ev.expert_penalty_s * MS_PER_S,
             "adapter_hit_ratio": ev.adapter_hit_ratio,
-            "adapter_load_ms": ev.adapter_load_s * 1e3,
+            "adapter_load_ms": ev.adapter_load_s * MS_PER_S,
         }
     return out
 

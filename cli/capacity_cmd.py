@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
+from perfmodel.units import MS_PER_S, from_ms
 
 DEFAULT_MODEL = "llama-3.1-8b"
 DEFAULT_HARDWARE = "h100-sxm"
@@ -86,7 +87,7 @@ def _check_sim_work(n_requests: int, lengths: Any, max_batched_tokens: int) -> N
 
 
 def _ms(x: float) -> float:
-    return x * 1e3
+    return x * MS_PER_S
 
 
 @handle_errors
@@ -131,7 +132,7 @@ def capacity_cmd(
         else (w.trace.rate_per_s if w.trace is not None else 0.7 * sr.rate_per_s)
     )
     st = q.stability(sr, rate)
-    slo = SLO(ttft_slo_ms / 1e3, tpot_slo_ms / 1e3, slo_percentile, goal)
+    slo = SLO(from_ms(ttft_slo_ms), from_ms(tpot_slo_ms), slo_percentile, goal)
     lat = q.latency(sr, rate)
     gp = q_goodput.goodput(sr, slo)
     size = q_goodput.instances_needed(

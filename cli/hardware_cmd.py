@@ -7,7 +7,7 @@ import typer
 from cli.common import JsonOpt, echo_json, handle_errors, table
 from hardware.device import Device, catalog_ids, load_device
 from perfmodel.dtypes import DTYPE_NAMES
-from perfmodel.units import TERA, GiB
+from perfmodel.units import GIGA, MEGA, TERA, US_PER_S, GiB
 
 app = typer.Typer(
     help="Device catalog: list devices, show one with its ridge points.", no_args_is_help=True
@@ -86,7 +86,7 @@ def show_cmd(
     typer.echo(f"{d.name} ({d.id}), {d.vendor} {d.kind}")
     typer.echo(
         f"memory: {d.hbm_bytes / GiB:.1f} GiB {d.memory_type}, "
-        f"{d.hbm_bw_bytes_per_s / TERA:.3g} TB/s; on-chip {d.sram_bytes / 1e6:.0f} MB"
+        f"{d.hbm_bw_bytes_per_s / TERA:.3g} TB/s; on-chip {d.sram_bytes / MEGA:.0f} MB"
     )
     rows = [
         [k, f"{d.peak_flops_per_s[k] / TERA:.1f}", f"{d.ridge_flop_per_byte(k):.0f}"]
@@ -97,9 +97,9 @@ def show_cmd(
     su = d.scale_up
     typer.echo(
         f"scale-up: {su.name or 'none'} ({su.topology}), "
-        f"{su.bw_per_direction_bytes_per_s / 1e9:.0f} GB/s per direction, "
-        f"{su.peer_bw_per_direction_bytes_per_s / 1e9:.0f} GB/s per peer, {su.peers} peers, "
-        f"{su.latency_s * 1e6:.4g} µs per hop"
+        f"{su.bw_per_direction_bytes_per_s / GIGA:.0f} GB/s per direction, "
+        f"{su.peer_bw_per_direction_bytes_per_s / GIGA:.0f} GB/s per peer, {su.peers} peers, "
+        f"{su.latency_s * US_PER_S:.4g} µs per hop"
         + (
             f", collective fixed costs x{su.collective_base_latency_scale:g} (fitted to NCCL "
             "measurements; see the catalog file)"
@@ -109,7 +109,7 @@ def show_cmd(
     )
     typer.echo(
         f"host link: {d.host_link.name}, "
-        f"{d.host_link.bw_per_direction_bytes_per_s / 1e9:.0f} GB/s per direction"
+        f"{d.host_link.bw_per_direction_bytes_per_s / GIGA:.0f} GB/s per direction"
     )
     if d.dies_per_package > 1:
         typer.echo(f"package: {d.dies_per_package} dies seen as separate devices")

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
+from perfmodel.units import MS_PER_S
 
 app = typer.Typer(
     help="Prefill/decode disaggregation: P:D ratio and parallelism under TTFT/TPOT SLOs.",
@@ -329,7 +330,7 @@ def phase_cmd(
         )
         rows = []
         for y in d.ys:
-            row: list[Any] = [f"{y * 1e3:g}" if d.kind == "slo" else f"{y:g}"]
+            row: list[Any] = [f"{y * MS_PER_S:g}" if d.kind == "slo" else f"{y:g}"]
             for x in d.xs:
                 c = d.cell(x, y)
                 row.append(
@@ -338,7 +339,7 @@ def phase_cmd(
                     else c.regime
                 )
             rows.append(row)
-        heads = [f"{x * 1e3:g}" if d.kind == "slo" else f"{x:g}" for x in d.xs]
+        heads = [f"{x * MS_PER_S:g}" if d.kind == "slo" else f"{x:g}" for x in d.xs]
         typer.echo(table(rows, [d.y_label + " \\ " + d.x_label, *heads]))
         typer.echo(d.summary())
     typer.echo(f"\nwrote {out}")

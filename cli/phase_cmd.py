@@ -22,6 +22,7 @@ from cli.capacity_cmd import (
     _setup,
 )
 from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
+from perfmodel.units import from_ms
 
 app = typer.Typer(help="Phase diagrams: where the system is stable.", no_args_is_help=True)
 
@@ -96,7 +97,7 @@ def stability_cmd(
             raise fail(f"{flag} must be a positive number of milliseconds, got {v}")
     outs = _numbers(output_tokens, "--output-tokens")
     kvs = _numbers(kv_grid_tokens, "--kv-grid-tokens")
-    slo = SLO(ttft_slo_ms / 1e3, tpot_slo_ms / 1e3, slo_percentile, goal)
+    slo = SLO(from_ms(ttft_slo_ms), from_ms(tpot_slo_ms), slo_percentile, goal)
     m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv)
     steps = sweep_steps(
         output_rows=len(outs) if outs else len(DEFAULT_OUTPUT_SCALES),

@@ -32,6 +32,7 @@ from typing import Any
 from hardware.device import Device
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
+from perfmodel.units import MS_PER_S
 from perfmodel.workload.lengths import fixed_lengths
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
@@ -100,7 +101,7 @@ class PDPhaseDiagram:
 
     def summary(self) -> str:
         """One line per column: where disaggregation stops winning, with the gains."""
-        unit = 1e3 if self.kind == "slo" else 1.0
+        unit = MS_PER_S if self.kind == "slo" else 1.0
         lines = []
         for x, top in self.boundary():
             col = sorted((c for c in self.cells if c.x == x), key=lambda c: c.y)
@@ -196,7 +197,8 @@ def length_sweep(
         "output tokens",
         tuple(float(s) for s in inputs),
         tuple(float(o) for o in outputs),
-        f"TTFT {slo.ttft_s * 1e3:g} ms / TPOT {slo.tpot_s * 1e3:g} ms at p{slo.percentile * 100:g}",
+        f"TTFT {slo.ttft_s * MS_PER_S:g} ms / TPOT {slo.tpot_s * MS_PER_S:g} ms "
+        f"at p{slo.percentile * 100:g}",
         tuple(cells),
     )
 
@@ -251,7 +253,7 @@ _SHORT = {
 
 
 def _fmt_axis(d: PDPhaseDiagram, v: float) -> str:
-    return f"{v * 1e3:g}" if d.kind == "slo" else f"{v:g}"
+    return f"{v * MS_PER_S:g}" if d.kind == "slo" else f"{v:g}"
 
 
 def _panel_note(z: list[list[float | None]]) -> str:

@@ -204,7 +204,7 @@ def batch_for_model(
 
 
 #: Largest token count (or step/layer id) a counts CSV cell may hold.
-MAX_COUNT = 2**40
+MAX_COUNT = 1_000_000_000_000
 
 
 def load_counts_csv(

@@ -36,6 +36,7 @@ from perfmodel.pd.config import (
 from perfmodel.serving.classic_queues import erlang_c
 from perfmodel.serving.servemix import compress_atoms
 from perfmodel.step.batch import Batch
+from perfmodel.units import MS_PER_S
 from perfmodel.workload.lengths import LengthDistribution
 from perfmodel.workload.slo import SLO
 
@@ -265,7 +266,7 @@ def decode_goodput(profile: DecodeProfile, slo: SLO) -> PhaseGoodput:
             floor,
             floor,
             profile.kv_capacity_tokens,
-            f"unloaded p{q * 100:g} TPOT is {floor * 1e3:.2f} ms",
+            f"unloaded p{q * 100:g} TPOT is {floor * MS_PER_S:.2f} ms",
         )
     hi = cap * 1.05
     rate = max_rate(lambda r: profile.tpot_cdf(r, slo.tpot_s) >= q, hi)

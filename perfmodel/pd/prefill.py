@@ -45,6 +45,7 @@ from perfmodel.pd.config import (
 )
 from perfmodel.serving.servemix import compress_atoms
 from perfmodel.step.batch import Batch
+from perfmodel.units import MS_PER_S
 from perfmodel.workload.lengths import LengthDistribution
 from perfmodel.workload.slo import SLO
 
@@ -234,8 +235,8 @@ def prefill_goodput(profile: PrefillProfile, slo: SLO, *, model: ModelSpec) -> P
             floor,
             floor,
             kv_cap,
-            f"unloaded p{q * 100:g} TTFT is {floor * 1e3:.1f} ms (KV transfer "
-            f"{x_q * 1e3:.1f} ms of it over {profile.link.name})",
+            f"unloaded p{q * 100:g} TTFT is {floor * MS_PER_S:.1f} ms (KV transfer "
+            f"{x_q * MS_PER_S:.1f} ms of it over {profile.link.name})",
         )
     rate = max_rate(lambda r: profile.ttft_cdf(r, slo.ttft_s) >= q, cap)
     quant = profile.ttft_quantile_s(rate, q)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.serving.latency import LatencyEstimate
 from perfmodel.serving.service import ServiceRate, latency
+from perfmodel.units import MS_PER_S
 from perfmodel.workload.arrivals import check_rate
 from perfmodel.workload.slo import SLO
 
@@ -65,9 +66,9 @@ def goodput(service: ServiceRate, slo: SLO, *, rel_tol: float = 1e-3) -> Goodput
     if not low.meets_goal or not service.largest_request_fits:
         what = []
         if low.ttft_quantile_s > slo.ttft_s:
-            what.append(f"p{slo.percentile * 100:g} TTFT {low.ttft_quantile_s * 1e3:.1f} ms")
+            what.append(f"p{slo.percentile * 100:g} TTFT {low.ttft_quantile_s * MS_PER_S:.1f} ms")
         if low.tpot_quantile_s > slo.tpot_s:
-            what.append(f"p{slo.percentile * 100:g} TPOT {low.tpot_quantile_s * 1e3:.2f} ms")
+            what.append(f"p{slo.percentile * 100:g} TPOT {low.tpot_quantile_s * MS_PER_S:.2f} ms")
         return Goodput(
             feasible=False,
             rate_per_s=0.0,

@@ -45,7 +45,7 @@ from perfmodel.cache.serving import (
 )
 from perfmodel.errors import InfeasibleError
 from perfmodel.sim.simulate import SimResult
-from perfmodel.units import GiB, MiB
+from perfmodel.units import MS_PER_S, GiB, MiB
 from solvers.cache.milp import SplitProblem, SplitSolution, brute_force_split, solve_split
 
 __all__ = [
@@ -293,7 +293,8 @@ def _infeasible_reason(spec: CacheBudgetSpec, inside: list[SplitEval]) -> str:
     return (
         f"every stable split within the budget misses the SLO goal {spec.slo.goal:.0%}: best "
         f"attainment {best.attainment:.1%} (p{spec.slo.percentile * 100:g} TTFT "
-        f"{best.ttft_quantile_s * 1e3:.0f} ms, TPOT {best.tpot_quantile_s * 1e3:.1f} ms); relax "
+        f"{best.ttft_quantile_s * MS_PER_S:.0f} ms, "
+        f"TPOT {best.tpot_quantile_s * MS_PER_S:.1f} ms); relax "
         "the SLO or lower the rate"
     )
 

@@ -18,6 +18,7 @@ from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.serving.goodput import slo_attainment
 from perfmodel.serving.service import latency, service_rate
+from perfmodel.units import MS_PER_S
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
 from solvers.pd.enumerate import parallel_plan, valid_tps
@@ -72,8 +73,9 @@ def colocated_baseline(
         if not ok(lo_rate):
             a = slo_attainment(latency(sv, lo_rate), slo)
             floors.append(
-                f"TP{sv.devices}: p{slo.percentile * 100:g} TTFT {a.ttft_quantile_s * 1e3:.0f} ms, "
-                f"TPOT {a.tpot_quantile_s * 1e3:.1f} ms unloaded"
+                f"TP{sv.devices}: p{slo.percentile * 100:g} "
+                f"TTFT {a.ttft_quantile_s * MS_PER_S:.0f} ms, "
+                f"TPOT {a.tpot_quantile_s * MS_PER_S:.1f} ms unloaded"
             )
             continue
         lo, hi = lo_rate, sv.rate_per_s

@@ -20,6 +20,7 @@ from perfmodel.pd.config import PhaseConfig, PhaseGoodput, kv_link
 from perfmodel.pd.decode import DecodeProfile, decode_goodput, decode_profile
 from perfmodel.pd.prefill import prefill_goodput, prefill_profile
 from perfmodel.plan import ParallelPlan
+from perfmodel.units import MS_PER_S
 from perfmodel.workload.lengths import LengthDistribution
 from perfmodel.workload.slo import SLO
 
@@ -160,19 +161,19 @@ def check_feasible(opts: PhaseOptions, slo: SLO) -> None:
         if best.limiter == "kv-link":
             raise InfeasibleError(
                 f"the KV link is too slow (binding constraint: kv-link): {best.note}; the "
-                f"TTFT SLO {slo.ttft_s * 1e3:.0f} ms cannot be met -- use a faster link "
+                f"TTFT SLO {slo.ttft_s * MS_PER_S:.0f} ms cannot be met -- use a faster link "
                 "(--kv-link scale-up) or raise --ttft-slo-ms"
             )
         raise InfeasibleError(
-            f"TTFT SLO {slo.ttft_s * 1e3:.0f} ms is below the unloaded {q} TTFT floor of "
-            f"{best.floor_s * 1e3:.1f} ms (best: {best.config.label}, {best.note}); raise "
-            f"--ttft-slo-ms to at least {math.ceil(best.floor_s * 1e3)}"
+            f"TTFT SLO {slo.ttft_s * MS_PER_S:.0f} ms is below the unloaded {q} TTFT floor of "
+            f"{best.floor_s * MS_PER_S:.1f} ms (best: {best.config.label}, {best.note}); raise "
+            f"--ttft-slo-ms to at least {math.ceil(best.floor_s * MS_PER_S)}"
         )
     dec = [g for gs in opts.decode.values() for g in gs]
     if not any(g.feasible for g in dec):
         best = min(dec, key=lambda g: g.floor_s)
         raise InfeasibleError(
-            f"TPOT SLO {slo.tpot_s * 1e3:.1f} ms is below the unloaded {q} TPOT floor of "
-            f"{best.floor_s * 1e3:.2f} ms (best: {best.config.label}); raise --tpot-slo-ms "
+            f"TPOT SLO {slo.tpot_s * MS_PER_S:.1f} ms is below the unloaded {q} TPOT floor of "
+            f"{best.floor_s * MS_PER_S:.2f} ms (best: {best.config.label}); raise --tpot-slo-ms "
             f"to at least {math.ceil(best.floor_s * 1e4) / 10:.1f}"
         )

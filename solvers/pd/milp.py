@@ -43,6 +43,9 @@ from solvers.pd.results import Allocation, Constraint, PDPlan
 _TIE_BREAK = 1e-4
 
 
+# a link with no stated capacity is taken as this many times the arrival rate (never binds)
+_UNCAPPED_LINK_FACTOR = 1e6
+
 def _price(dev: Device, prices: dict[str, float] | None) -> float:
     if prices is None:
         return 1.0
@@ -94,7 +97,7 @@ def _solve(
             price = _price(g.config.device, prices) * g.config.gpus
             cost.append(price * v)
             gd.append(g.rate_per_s * v)
-            ing.append(min(g.link_capacity_per_s, 1e6 * rate) * v)
+            ing.append(min(g.link_capacity_per_s, _UNCAPPED_LINK_FACTOR * rate) * v)
             gpus.append(g.config.gpus * v)
     if not n or not m:
         raise InfeasibleError("no prefill/decode pair of configurations meets both SLOs")

@@ -7,6 +7,7 @@ from typing import Any
 
 from perfmodel.pd.config import PhaseConfig
 from perfmodel.pd.simulate import Deployment
+from perfmodel.units import MS_PER_S
 from perfmodel.workload.slo import SLO
 
 # ---- results ---------------------------------------------------------------------------------
@@ -133,8 +134,8 @@ class PDPlan:
             "workload": self.workload,
             "rate_per_s": self.rate_per_s,
             "slo": {
-                "ttft_ms": self.slo.ttft_s * 1e3,
-                "tpot_ms": self.slo.tpot_s * 1e3,
+                "ttft_ms": self.slo.ttft_s * MS_PER_S,
+                "tpot_ms": self.slo.tpot_s * MS_PER_S,
                 "percentile": self.slo.percentile,
             },
             "kv_link": self.link,

@@ -112,6 +112,7 @@ def test_slowed_bounds_are_the_classic_formulas_with_effective_kv(
     assert off.penalty_s(n_d, sr.memory_step_s) < p < off.penalty_s(mean_t, sr.memory_step_s)
 
 
+@pytest.mark.slow
 def test_more_expert_cache_never_slows_the_engine(qwen: CacheBudgetSpec) -> None:
     ctx = budget_context(qwen)
     evs = [evaluate_engine(ctx, 20 * GiB, c) for c in (8.0, 40.0, 128.0)]

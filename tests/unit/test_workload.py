@@ -14,7 +14,7 @@ from perfmodel.workload.presets import Workload, preset
 from perfmodel.workload.slo import SLO
 from perfmodel.workload.trace import load_trace
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "azure-llm-2023"
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "azure-llm-2023"
 
 
 def _write(tmp_path: Path, text: str, name: str = "t.csv") -> Path:

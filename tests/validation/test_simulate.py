@@ -25,7 +25,7 @@ from perfmodel.step.time import step_time
 from perfmodel.workload.presets import Workload, preset
 from perfmodel.workload.trace import load_trace
 
-DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "azure-llm-2023"
+DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "azure-llm-2023"
 M8 = load_model("llama-3.1-8b")
 H100 = load_device("h100-sxm")
 

@@ -67,6 +67,7 @@ def _specs() -> list[CacheBudgetSpec]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [0, 1, 2])
 def test_plan_is_stable_and_the_simulator_confirms_it(case: int) -> None:
     spec = _specs()[case]

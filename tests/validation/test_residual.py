@@ -10,7 +10,7 @@ from hardware.maxaffine import GEMM_FEATURES, MaxAffine, gemm_features
 from hardware.profile_io import load_profile_file, profile_to_toml
 from hardware.residual import ResidualSurface, build_surface
 from perfmodel.errors import SpecError
-from tests.test_maxaffine_fit import BUCKETS, _gemm_subset
+from tests.validation.test_maxaffine_fit import BUCKETS, _gemm_subset
 
 PROFILE = MaxAffine(("u", "v"), np.array([1e-6, 0.0]), np.array([[1e-9, 0.0], [0.0, 2e-9]]))
 
@@ -86,6 +86,7 @@ def test_bad_surfaces_are_clear_errors(tmp_path) -> None:
         load_profile_file(tmp_path / "bad.toml")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "pieces"), [("h100_sxm__gemm.csv", 4), ("a100_sxm__gemm.csv", 3)])
 def test_gemm_profile_with_residual_surface_meets_five_percent_on_heldout_shapes(
     name: str, pieces: int

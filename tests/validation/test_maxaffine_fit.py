@@ -128,6 +128,7 @@ GEMM_BOUND_PCT = {"h100_sxm__gemm.csv": 5.0, "a100_sxm__gemm.csv": 7.0}
 GEMM_PIECES = {"h100_sxm__gemm.csv": 4, "a100_sxm__gemm.csv": 3}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["h100_sxm__gemm.csv", "a100_sxm__gemm.csv"])
 def test_gemm_heldout_shapes_beat_roofline_and_affine_in_every_m_bucket(name: str) -> None:
     """Whole (n, k) shapes held out (25 %) from a deterministic half of the shapes: the
@@ -179,6 +180,7 @@ MOE_GROUP_COLS = ("hidden_size", "inter_size", "topk", "num_experts", "moe_ep_si
 MOE_PIECES = {"h100_sxm__moe.csv": 1, "a100_sxm__moe.csv": 3}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["h100_sxm__moe.csv", "a100_sxm__moe.csv"])
 def test_moe_layer_heldout_groups_within_ten_percent(name: str) -> None:
     """Fused MoE layer (bf16): whole (hidden, inter, top-k, experts, EP, routing) groups
