@@ -31,7 +31,25 @@ def figure_of(html: str) -> dict[str, Any]:
     _id, i = dec.raw_decode(html, _skip(html, i))
     data, i = dec.raw_decode(html, _skip(html, i))
     layout, i = dec.raw_decode(html, _skip(html, i))
-    return {"data": data, "layout": layout}
+    return {"data": _decode(data), "layout": _decode(layout)}
+
+
+def _decode(o: Any) -> Any:
+    """Plotly writes numpy arrays as ``{"dtype": "f8", "bdata": base64, "shape": "2, 3"}``."""
+    if isinstance(o, dict):
+        if "bdata" in o and "dtype" in o:
+            import base64
+
+            import numpy as np
+
+            a = np.frombuffer(base64.b64decode(o["bdata"]), dtype=np.dtype(o["dtype"]))
+            if "shape" in o:
+                a = a.reshape([int(v) for v in str(o["shape"]).split(",")])
+            return a.tolist()
+        return {k: _decode(v) for k, v in o.items()}
+    if isinstance(o, list):
+        return [_decode(v) for v in o]
+    return o
 
 
 def _skip(s: str, i: int) -> int:
