@@ -26,6 +26,23 @@ MOE_COLUMNS = (
 )  # fmt: skip
 
 
+#: Columns that name the dtype of a measured row: a profile is fitted to one of them.
+DTYPE_COLUMNS = ("gemm_dtype", "dtype", "kv_cache_dtype", "moe_dtype")
+
+
+def _one_dtype(meas: Any, path: str) -> None:
+    """Refuse a fit over rows of several dtypes (each has its own peak: mixing four dtypes
+    of one file fitted at 20.6 % error instead of 6.3 % for one)."""
+    for col in DTYPE_COLUMNS:
+        if col in meas.columns:
+            kinds = sorted({str(v) for v in meas.columns[col]})
+            if len(kinds) > 1:
+                raise SpecError(
+                    f"{path}: column {col} holds {len(kinds)} dtypes ({', '.join(kinds)}); a "
+                    f"profile is for one dtype: add --where {col}={kinds[0]}"
+                )
+
+
 def _where(items: list[str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for it in items or []:
@@ -125,6 +142,7 @@ def fit_cmd(
         raise fail(f"--pieces must be >= 1, got {pieces}")
     dev = load_device(hardware)
     meas = read_measurements(str(data), time_col=time_col, time_unit=time_unit, where=_where(where))
+    _one_dtype(meas, str(data))
     names, X = _features(meas, features)
     groups = None
     if group_cols:

@@ -81,3 +81,21 @@ def test_pd_plan_unknown_kv_link() -> None:
     assert r.output == (
         "error: --kv-link must be one of auto, scale-up, scale-out; got 'carrier-pigeon'\n"
     )
+
+
+def test_profile_fit_refuses_mixed_dtypes(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    p = tmp_path / "mix.csv"
+    p.write_text(
+        "gemm_dtype,m,n,k,latency_ms\n"
+        + "".join(
+            f"{dt},{m},1024,1024,{0.01 * m:.4g}\n"
+            for dt in ("bfloat16", "fp8")
+            for m in (1, 64, 4096)
+        )
+    )
+    args = ["profile", "fit", "--data", str(p), "--features", "gemm", "--time-col",
+            "latency_ms", "--hardware", "h100-sxm", "--out", str(tmp_path / "o.toml")]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and not (tmp_path / "o.toml").exists()
+    assert "column gemm_dtype holds 2 dtypes (bfloat16, fp8)" in r.output
+    assert "--where gemm_dtype=bfloat16" in r.output
