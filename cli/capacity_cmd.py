@@ -57,6 +57,11 @@ def _setup(
         raise fail(f"--tp must be a positive integer, got {tp}")
     if pp < 1:
         raise fail(f"--pp must be a positive integer, got {pp}")
+    if trace is not None and cv != 1.0:
+        raise fail(
+            "--arrival-cv does nothing with --trace (the trace's own arrival times set the "
+            "burstiness); drop one of them"
+        )
     m = load_model(model)
     d = load_device(hardware)
     check_pp(m, pp)  # pp <= layers (SpecError: exit 2)
@@ -299,6 +304,8 @@ def simulate_cmd(
 
     if requests < 1:
         raise fail(f"--requests must be >= 1, got {requests}")
+    if trace is None and time_scale != 1.0:
+        raise fail("--time-scale speeds up a --trace replay; without --trace use --rate-per-s")
     m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv, pp)
     n_sim = w.trace.n if w.trace is not None and rate_per_s is None else requests
     _check_sim_work(n_sim, w.lengths, max_batched_tokens)

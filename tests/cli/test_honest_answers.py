@@ -99,3 +99,25 @@ def test_profile_fit_refuses_mixed_dtypes(tmp_path) -> None:  # type: ignore[no-
     assert r.exit_code == 2 and not (tmp_path / "o.toml").exists()
     assert "column gemm_dtype holds 2 dtypes (bfloat16, fp8)" in r.output
     assert "--where gemm_dtype=bfloat16" in r.output
+
+
+def test_traces_evenly_spaced_without_times_and_with_a_bom(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    even = tmp_path / "even.csv"
+    # Excel's "CSV UTF-8": BOM and CRLF; arrivals exactly 1 s apart (inter-arrival CV 0)
+    even.write_bytes(
+        b"\xef\xbb\xbfinput_tokens,output_tokens,arrival_s\r\n"
+        + b"".join(b"100,20,%d\r\n" % i for i in range(5))
+    )
+    d = json.loads(runner.invoke(app, ["capacity", "--trace", str(even), "--json"]).stdout)
+    assert d["rate_per_s"] == 1.0  # 4 gaps over 4 s
+    assert d["slo_feasible"] is True
+    r = runner.invoke(app, ["capacity", "--trace", str(even), "--arrival-cv", "2"])
+    assert r.exit_code == 2 and "--arrival-cv does nothing with --trace" in r.output
+    bare = tmp_path / "bare.csv"
+    bare.write_text("input_tokens,output_tokens\n100,20\n200,30\n")
+    r = runner.invoke(app, ["capacity", "--trace", str(bare)])
+    assert r.exit_code == 2 and r.output.strip().endswith("pass --rate-per-s")
+    d = json.loads(
+        runner.invoke(app, ["capacity", "--trace", str(bare), "--rate-per-s", "2", "--json"]).stdout
+    )
+    assert d["rate_per_s"] == 2.0
