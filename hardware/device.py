@@ -228,8 +228,11 @@ def device_from_dict(data: dict[str, Any], *, path: str = "") -> Device:
         raise SpecError(f"{where}: [package] must be a table")
     scale_up = _link(data.get("scale_up"), f"{where} [scale_up]", default_topology="none")
     host = _link(data.get("host_link"), f"{where} [host_link]", default_topology="switched")
+    dev_id = _req(data, "id", where)
+    if not isinstance(dev_id, str) or not dev_id.strip():
+        raise SpecError(f"{where}: field 'id' must be a non-empty string, got {dev_id!r}")
     return Device(
-        id=str(_req(data, "id", where)),
+        id=dev_id,
         name=str(data.get("name", data["id"])),
         vendor=str(data.get("vendor", "")),
         kind=str(data.get("kind", "gpu")),
