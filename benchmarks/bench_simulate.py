@@ -15,6 +15,7 @@ from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
 from perfmodel.serving import service as q
 from perfmodel.sim.simulate import make_setup, simulate_workload
+from perfmodel.step.instance import Instance
 from perfmodel.workload.presets import preset
 
 N = 100_000
@@ -24,10 +25,12 @@ def main() -> None:
     for mid, dev, tp in (("llama-3.1-8b", "h100-sxm", 1), ("mixtral-8x7b", "a100-sxm-80gb", 2)):
         for wl in ("chat", "code"):
             m, d, plan, w = load_model(mid), load_device(dev), ParallelPlan(tp=tp), preset(wl)
-            sr = q.service_rate(m, d, plan, w)
+            sr = q.service_rate(Instance(m, d, plan), w)
             t0 = time.perf_counter()
             setup = make_setup(
-                m, d, plan, kv_capacity_tokens=sr.kv_capacity_tokens, max_batched_tokens=8192
+                Instance(m, d, plan),
+                kv_capacity_tokens=sr.kv_capacity_tokens,
+                max_batched_tokens=8192,
             )
             t_table = time.perf_counter() - t0
             for u in (0.3, 0.8, 1.2):

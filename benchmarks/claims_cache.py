@@ -21,6 +21,7 @@ from perfmodel.errors import InfeasibleError
 from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
+from perfmodel.step.instance import Instance
 from perfmodel.step.time import step_time
 from perfmodel.workload.presets import preset
 from solvers.cache.budget import popularity_activation
@@ -124,9 +125,7 @@ def vllm() -> None:
         for wl in ("chat", "code"):
             for cap in (None, 256):
                 c = paging_vs_reservation(
-                    load_model(mid),
-                    load_device(dev),
-                    ParallelPlan(tp=tp),
+                    Instance(load_model(mid), load_device(dev), ParallelPlan(tp=tp)),
                     preset(wl).lengths,
                     max_num_seqs=cap,
                 )

@@ -27,6 +27,7 @@ from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
 from perfmodel.serving import service as q
 from perfmodel.sim.simulate import make_setup, simulate_workload
+from perfmodel.step.instance import Instance
 from perfmodel.workload.presets import preset
 
 CONFIGS = [
@@ -45,9 +46,11 @@ def main() -> None:
         for cv in (0.5, 2.0, 3.0):
             m, d, plan = load_model(mid), load_device(dev), ParallelPlan(tp=tp)
             w = preset(wl, arrival_cv=cv)
-            sr = q.service_rate(m, d, plan, w)
+            sr = q.service_rate(Instance(m, d, plan), w)
             setup = make_setup(
-                m, d, plan, kv_capacity_tokens=sr.kv_capacity_tokens, max_batched_tokens=8192
+                Instance(m, d, plan),
+                kv_capacity_tokens=sr.kv_capacity_tokens,
+                max_batched_tokens=8192,
             )
             for u in (0.5, 0.7):
                 lam = u * sr.rate_per_s

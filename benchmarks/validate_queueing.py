@@ -28,6 +28,7 @@ from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
 from perfmodel.serving import service as q
 from perfmodel.sim.simulate import SimResult, make_setup, saturation_rate_per_s, simulate_workload
+from perfmodel.step.instance import Instance
 from perfmodel.workload.presets import preset
 
 CONFIGS = [
@@ -76,9 +77,11 @@ def main() -> None:
             for kv in (None, args.small_kv_tokens):
                 if args.no_rates and kv is not None:
                     continue
-                sr = q.service_rate(m, d, plan, w, kv_capacity_tokens=kv)
+                sr = q.service_rate(Instance(m, d, plan), w, kv_capacity_tokens=kv)
                 setup = make_setup(
-                    m, d, plan, kv_capacity_tokens=sr.kv_capacity_tokens, max_batched_tokens=BUDGET
+                    Instance(m, d, plan),
+                    kv_capacity_tokens=sr.kv_capacity_tokens,
+                    max_batched_tokens=BUDGET,
                 )
                 if not args.no_rates:
                     sat = saturation_rate_per_s(setup, w.lengths, n_requests=6000, seed=1)

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
+from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S, from_ms
 
 DEFAULT_MODEL = "llama-3.1-8b"
@@ -123,9 +124,7 @@ def capacity_cmd(
 
     m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv, pp)
     sr = q.service_rate(
-        m,
-        d,
-        plan,
+        Instance(m, d, plan),
         w,
         kv_capacity_tokens=kv_capacity_tokens,
         max_batched_tokens=max_batched_tokens,
@@ -310,18 +309,14 @@ def simulate_cmd(
     n_sim = w.trace.n if w.trace is not None and rate_per_s is None else requests
     _check_sim_work(n_sim, w.lengths, max_batched_tokens)
     sr = q.service_rate(
-        m,
-        d,
-        plan,
+        Instance(m, d, plan),
         w,
         kv_capacity_tokens=kv_capacity_tokens,
         max_batched_tokens=max_batched_tokens,
         chunk_size=chunk_size,
     )
     setup = make_setup(
-        m,
-        d,
-        plan,
+        Instance(m, d, plan),
         kv_capacity_tokens=sr.engine_kv_capacity_tokens,  # one virtual engine's share
         max_batched_tokens=sr.max_batched_tokens,
         chunk_size=sr.chunk_size,

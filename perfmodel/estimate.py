@@ -20,11 +20,12 @@ import numpy as np
 
 from hardware.device import Device
 from perfmodel.errors import SpecError
-from perfmodel.memory import MemoryFit, memory_fit
+from perfmodel.memory import MemoryFit
 from perfmodel.model import ModelSpec
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
-from perfmodel.step.time import StepTime, step_time
+from perfmodel.step.instance import Instance
+from perfmodel.step.time import StepTime
 
 
 @dataclass(frozen=True)
@@ -48,9 +49,7 @@ class Estimate:
 
 
 def estimate(
-    model: ModelSpec,
-    device: Device,
-    plan: ParallelPlan,
+    inst: Instance,
     *,
     batch: int,
     input_len: int,
@@ -59,18 +58,19 @@ def estimate(
     for name, v in (("batch", batch), ("input length", input_len), ("output length", output_len)):
         if not (isinstance(v, int | np.integer) and v > 0):
             raise SpecError(f"{name} must be a positive integer, got {v!r}")
-    fit = memory_fit(model, device, plan, batch=batch, context_len=input_len + output_len)
+    model, device, plan = inst.model, inst.device, inst.plan
+    fit = inst.memory_fit(batch=batch, context_len=input_len + output_len)
     mb = -(-batch // plan.pp)  # ⌈batch/pp⌉: the largest virtual engine's micro-batch
-    prefill = step_time(model, device, Batch.prefill(mb, input_len), plan=plan)
+    prefill = inst.step(Batch.prefill(mb, input_len))
     ctx = input_len + np.arange(max(output_len - 1, 1), dtype=np.float64)
-    decode = step_time(model, device, Batch.decode(mb, ctx), plan=plan)
+    decode_s = inst.iteration_s(Batch.decode(mb, ctx))
     n_dec = output_len - 1
-    decode_total = float(decode.total_s[:n_dec].sum())
-    ttft = float(prefill.total_s)
-    tpot = float(decode.total_s.mean()) if n_dec > 0 else 0.0
+    decode_total = float(decode_s[:n_dec].sum())
+    ttft = float(inst.iteration_s(Batch.prefill(mb, input_len)))
+    tpot = float(decode_s.mean()) if n_dec > 0 else 0.0
     e2e = ttft + decode_total
     mid_ctx = input_len + n_dec // 2
-    mid = step_time(model, device, Batch.decode(mb, mid_ctx), plan=plan)
+    mid = inst.step(Batch.decode(mb, mid_ctx))
     ai = float(mid.flops / mid.bytes) if float(mid.bytes) > 0 else float("inf")
     return Estimate(
         model=model,

@@ -45,6 +45,7 @@ from perfmodel.plan import ParallelPlan
 from perfmodel.serving import goodput as q_goodput
 from perfmodel.serving import service as q
 from perfmodel.sim.simulate import SimSetup, simulate_workload
+from perfmodel.step.instance import Instance
 from perfmodel.step.table import build_step_table
 from perfmodel.workload.lengths import LengthDistribution
 from perfmodel.workload.presets import Workload
@@ -253,9 +254,7 @@ def stability_phase(
 
     def rate_of(w: Workload, kv: int | None) -> q.ServiceRate:
         return q.service_rate(
-            model,
-            device,
-            plan,
+            Instance(model, device, plan),
             w,
             kv_capacity_tokens=kv,
             max_batched_tokens=max_batched_tokens,
@@ -279,7 +278,7 @@ def stability_phase(
     if any(k < 1 for k in kvs):
         raise SpecError(f"KV capacities must be >= 1 token, got {min(kvs)}")
 
-    table = build_step_table(model, device, plan, max_batched_tokens)
+    table = build_step_table(Instance(model, device, plan), max_batched_tokens)
     n_sim = [0]
 
     def sim_seed() -> int:

@@ -24,13 +24,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from hardware.device import Device
 from perfmodel.errors import InfeasibleError, SpecError
-from perfmodel.memory import DEFAULT_GPU_MEMORY_UTILIZATION, memory_fit
-from perfmodel.model import ModelSpec
-from perfmodel.plan import ParallelPlan
+from perfmodel.memory import DEFAULT_GPU_MEMORY_UTILIZATION
 from perfmodel.step.batch import Batch
-from perfmodel.step.time import step_time
+from perfmodel.step.instance import Instance
 from perfmodel.workload.lengths import LengthDistribution
 
 DEFAULT_BLOCK_TOKENS = 16  # vLLM's default KV block size
@@ -73,9 +70,7 @@ class PagingComparison:
 
 
 def paging_vs_reservation(
-    model: ModelSpec,
-    device: Device,
-    plan: ParallelPlan,
+    inst: Instance,
     lengths: LengthDistribution,
     *,
     max_len_tokens: int | None = None,
@@ -94,11 +89,12 @@ def paging_vs_reservation(
             f"the reserved maximum length ({l_max}) is shorter than the longest request "
             f"({lengths.max_total_tokens} tokens); raise it"
         )
-    fit = memory_fit(model, device, plan, gpu_memory_utilization=gpu_memory_utilization)
+    fit = inst.memory_fit(gpu_memory_utilization=gpu_memory_utilization)
     M = fit.kv_capacity_tokens
     if l_max > M:
         raise InfeasibleError(
-            f"{model.id} on {plan.tp}x {device.id} has KV room for {M} tokens, less than one "
+            f"{inst.model.id} on {inst.plan.tp}x {inst.device.id} has KV room for {M} tokens, "
+            "less than one "
             f"request of the maximum length {l_max}; use more devices or a smaller KV dtype"
         )
     e_o = lengths.mean_output_tokens
@@ -109,7 +105,7 @@ def paging_vs_reservation(
 
     def scheme(name: str, footprint: float, batch: float) -> Scheme:
         b = min(batch, cap)
-        t = float(step_time(model, device, Batch.decode(b, ctx), plan=plan).total_s)
+        t = float(inst.iteration_s(Batch.decode(b, ctx)))
         return Scheme(name, footprint, b, t, b / t)
 
     return PagingComparison(

@@ -51,6 +51,7 @@ from perfmodel.memory import (
 from perfmodel.model import ModelSpec
 from perfmodel.plan import ParallelPlan
 from perfmodel.serving.service import ServiceRate, service_rate, stability
+from perfmodel.step.instance import Instance
 from perfmodel.units import GiB
 from perfmodel.workload.arrivals import check_rate
 from perfmodel.workload.presets import Workload
@@ -267,9 +268,7 @@ def evaluate_engine(ctx: BudgetContext, kv_bytes: float, capacity: float) -> Eng
         why = f"unstable: the KV cache ({M} tokens) cannot hold the longest request ({need} tokens)"
         return EngineEval(kv_bytes, M, capacity, None, False, math.inf, None, 0.0, 0.0, 0.0, why)
     base = service_rate(
-        spec.model,
-        spec.device,
-        spec.plan,
+        Instance(spec.model, spec.device, spec.plan),
         spec.workload,
         kv_capacity_tokens=M,
         max_batched_tokens=spec.max_batched_tokens,

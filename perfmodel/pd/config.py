@@ -1,8 +1,9 @@
 """Prefill/decode instance configurations, their iteration cost and the KV link between them.
 
-**Cost of an iteration**: :func:`phase_time_s` — the roofline ``step_time`` of the
-batch on the TP group, or, when the configuration carries a calibrated ``profile``
-(a ``MaxAffine`` over :data:`PHASE_FEATURES`, e.g. DistServe's measured
+**Cost of an iteration**: ``config.instance(model).iteration_s(batch)`` — the one
+iteration-time entry point (:class:`perfmodel.step.instance.Instance`): the roofline step
+time of the batch on the TP group, or, when the configuration carries a calibrated
+``profile`` (a ``MaxAffine`` over ``PHASE_FEATURES``, e.g. DistServe's measured
 ``a + b·Σl + c·Σl²`` prefill and ``a + b·Σ(ctx+1) + c·N`` decode), that profile.
 
 The KV of a prompt moves from its prefill instance to its decode instance over a
@@ -26,8 +27,7 @@ from perfmodel.errors import SpecError
 from perfmodel.memory import kv_bytes_per_token_per_device
 from perfmodel.model import ModelSpec
 from perfmodel.plan import ParallelPlan
-from perfmodel.step.batch import Batch
-from perfmodel.step.time import step_time
+from perfmodel.step.instance import PHASE_FEATURES, Instance
 
 Arr = NDArray[np.float64]
 
@@ -38,30 +38,6 @@ MAX_ATOMS = 96
 _RATE_ITERS = 40
 
 # ---- configurations and the KV link ----------------------------------------------------------
-
-
-#: Features a calibrated phase profile may use, each a sum over the iteration's sequences:
-#: ``prefill_tokens`` Σl, ``prefill_tokens_sq`` Σ(l² + 2·l·c) (= Σl² for fresh prompts),
-#: ``prefill_seqs`` the prompts, ``decode_seqs`` the decoding requests, ``decode_tokens``
-#: Σ(context + 1) over them (DistServe's ``Σ(context_len + 1)``).
-PHASE_FEATURES = (
-    "prefill_tokens",
-    "prefill_tokens_sq",
-    "prefill_seqs",
-    "decode_seqs",
-    "decode_tokens",
-)
-
-
-def phase_features(batch: Batch) -> dict[str, Arr]:
-    """The :data:`PHASE_FEATURES` of a batch (``prefill_tokens_sq = 2·pairs − tokens``)."""
-    return {
-        "prefill_tokens": batch.prefill_tokens,
-        "prefill_tokens_sq": 2.0 * batch.prefill_pairs - batch.prefill_tokens,
-        "prefill_seqs": batch.prefill_seqs,
-        "decode_seqs": batch.decode_seqs,
-        "decode_tokens": batch.decode_context + batch.decode_seqs,
-    }
 
 
 @dataclass(frozen=True)
@@ -102,23 +78,15 @@ class PhaseConfig:
     def gpus(self) -> int:
         return self.plan.tp
 
+    def instance(self, model: ModelSpec) -> Instance:
+        """The instance of ``model`` this configuration runs: every iteration is costed there."""
+        return Instance(model, self.device, self.plan, self.profile)
+
     @property
     def label(self) -> str:
         cap = f" cap{self.batch_cap}" if self.batch_cap else ""
         cal = " (calibrated)" if self.profile is not None else ""
         return f"{self.device.id} TP{self.plan.tp}{cap}{cal}"
-
-
-def phase_time_s(model: ModelSpec, config: PhaseConfig, batch: Batch) -> Arr:
-    """Seconds of one iteration of ``batch`` on an instance of ``config``.
-
-    The calibrated ``config.profile`` when there is one, else the roofline
-    ``perfmodel.step.step_time`` of the batch on the instance's TP group.
-    """
-    if config.profile is not None:
-        feats = phase_features(batch)
-        return np.asarray(config.profile(**{f: feats[f] for f in config.profile.features}))
-    return step_time(model, config.device, batch, plan=config.plan).total_s
 
 
 @dataclass(frozen=True)

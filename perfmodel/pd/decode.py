@@ -29,7 +29,6 @@ from perfmodel.pd.config import (
     PhaseConfig,
     PhaseGoodput,
     max_rate,
-    phase_time_s,
     receive_time_s,
     weighted_quantile,
 )
@@ -188,13 +187,13 @@ def decode_profile(
     )
     top = 4 * slots + 8  # room above the slots for the unlimited (limiter) evaluation
     grid = np.unique(np.concatenate([np.linspace(0, top, 513), np.arange(0, 9)]))
-    bt = phase_time_s(model, config, Batch.decode(np.maximum(grid, 1.0), ctx))
+    bt = config.instance(model).iteration_s(Batch.decode(np.maximum(grid, 1.0), ctx))
     # sensitivities at a representative batch for the batch-noise variance
     nb = max(1.0, 0.5 * slots)
     k0 = nb * ctx
     z3 = np.zeros(3)
     pts = Batch(z3, z3, z3, z3, np.array([nb, nb + 1, nb]), np.array([k0, k0, k0 + ctx]))
-    t3 = phase_time_s(model, config, pts)
+    t3 = config.instance(model).iteration_s(pts)
     dn = float(t3[1] - t3[0])
     dk = float(t3[2] - t3[0]) / ctx
     var_coef = dn**2 + 2 * dn * dk * ctx + dk**2 * ctx2
@@ -203,7 +202,7 @@ def decode_profile(
     mctx, mw = compress_atoms(
         np.rint(fs + (fo - 2) / 2).astype(np.int64), lengths.weights[multi] / p_multi, MAX_ATOMS
     )
-    floor = phase_time_s(model, config, Batch.decode(1, mctx))
+    floor = config.instance(model).iteration_s(Batch.decode(1, mctx))
     rs, rw = compress_atoms(lengths.input_tokens, lengths.weights, MAX_ATOMS)
     recv = float(np.dot(rw, receive_time_s(model, rs, decode=config, link=link)))
     return DecodeProfile(

@@ -10,7 +10,7 @@ proportional to each instance's goodput, so every instance sees a Poisson stream
 
 The models live in four modules; this one re-exports their public names:
 
-- ``perfmodel.pd_config``: :class:`PhaseConfig`, the iteration cost :func:`phase_time_s`
+- ``perfmodel.pd_config``: :class:`PhaseConfig` (its iterations costed by its ``instance(model)``)
   (roofline ``step_time`` or a calibrated profile), the KV link and transfer time,
   :class:`PhaseGoodput`;
 - ``perfmodel.pd_prefill``: the prefill instance (M/G/1 TTFT tail, prompt batching);
@@ -27,15 +27,12 @@ from __future__ import annotations
 
 from perfmodel.pd.config import (
     KV_PLACEMENTS,
-    PHASE_FEATURES,
     PHASES,
     KVLink,
     PhaseConfig,
     PhaseGoodput,
     kv_link,
     kv_transfer_time_s,
-    phase_features,
-    phase_time_s,
     receive_time_s,
 )
 from perfmodel.pd.decode import DecodeProfile, decode_goodput, decode_kv_capacity, decode_profile
@@ -51,7 +48,6 @@ from perfmodel.workload.pd_lengths import PLANNER_ATOMS, planner_lengths
 __all__ = [
     "KV_PLACEMENTS",
     "PHASES",
-    "PHASE_FEATURES",
     "PLANNER_ATOMS",
     "DecodeProfile",
     "KVLink",
@@ -64,8 +60,6 @@ __all__ = [
     "kv_link",
     "kv_transfer_time_s",
     "mg1_wait_tail",
-    "phase_features",
-    "phase_time_s",
     "planner_lengths",
     "prefill_batch_tokens",
     "prefill_goodput",

@@ -40,7 +40,6 @@ from perfmodel.pd.config import (
     kv_link,
     kv_transfer_time_s,
     max_rate,
-    phase_time_s,
     weighted_quantile,
 )
 from perfmodel.serving.servemix import compress_atoms
@@ -190,9 +189,9 @@ def prefill_profile(
     s, w = compress_atoms(lengths.input_tokens, lengths.weights, MAX_ATOMS)
     link = kv_link(config, decode, placement)
     lm = prefill_batch_tokens(model, config)
-    alone = phase_time_s(model, config, Batch.prefill(1, s))
+    alone = config.instance(model).iteration_s(Batch.prefill(1, s))
     k = np.where(s < lm, np.ceil(lm / s), 1.0)
-    full = np.where(k > 1, phase_time_s(model, config, Batch.prefill(k, s)), alone)
+    full = np.where(k > 1, config.instance(model).iteration_s(Batch.prefill(k, s)), alone)
     x = kv_transfer_time_s(model, s, prefill=config, decode=decode, link=link)
     return PrefillProfile(config, s, w, np.asarray(full), np.asarray(x), link, alone, k, lm)
 
@@ -207,7 +206,7 @@ def prefill_batch_tokens(model: ModelSpec, config: PhaseConfig) -> int:
     prompts beyond ``L_m`` tokens saves little and delays every prompt in the batch.
     """
     grid = np.unique(np.rint(np.geomspace(1.0, 1 << 17, 241)))
-    t = phase_time_s(model, config, Batch.prefill(1, np.concatenate([grid, 2 * grid])))
+    t = config.instance(model).iteration_s(Batch.prefill(1, np.concatenate([grid, 2 * grid])))
     t1, t2 = t[: grid.size], t[grid.size :]
     hit = np.flatnonzero(t2 >= math.sqrt(2.0) * t1)
     return round(math.sqrt(2.0) * float(grid[hit[0]])) if hit.size else int(grid[-1])

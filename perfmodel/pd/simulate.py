@@ -4,8 +4,9 @@ The system ``perfmodel.pd_models`` describes analytically, request by request:
 
 1. Each arrival is routed at random to a prefill instance with probability proportional
    to the instance's weight (its planned goodput), and to a decode instance likewise.
-2. Prefill instance: FCFS, one prompt at a time, for ``D(s)`` (``phase_time_s`` of the
-   prompt on its TP group: the roofline, or the configuration's calibrated profile);
+2. Prefill instance: FCFS, one prompt at a time, for ``D(s)`` (the iteration time of
+   the configuration's instance, ``config.instance(model).iteration_s``, of the prompt
+   on its TP group: the roofline, or the configuration's calibrated profile);
    prompts shorter than ``L_m`` (``prefill_batch_tokens``) waiting right behind a short
    head prompt join its iteration until it reaches ``L_m`` tokens. Its KV then goes over the
    instance's link, FCFS, for ``X(s)`` (``kv_transfer_time_s``), overlapped with the
@@ -38,11 +39,12 @@ from numpy.typing import NDArray
 
 from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec
-from perfmodel.pd.config import PhaseConfig, kv_link, kv_transfer_time_s, phase_time_s
+from perfmodel.pd.config import PhaseConfig, kv_link, kv_transfer_time_s
 from perfmodel.pd.decode import decode_kv_capacity
 from perfmodel.pd.prefill import prefill_batch_tokens
 from perfmodel.sim.simulate import Distribution
 from perfmodel.step.batch import Batch
+from perfmodel.step.instance import Instance
 from perfmodel.step.table import build_step_table
 from perfmodel.workload.lengths import LengthDistribution
 from perfmodel.workload.slo import SLO
@@ -144,15 +146,16 @@ def _decode_setup(model: ModelSpec, cfg: PhaseConfig, lengths: LengthDistributio
     if cfg.batch_cap is not None:
         cap = min(cap, cfg.batch_cap)
     cap = max(1, min(cap, 16384))
+    inst = cfg.instance(model)
     if cfg.profile is not None:
         z = np.zeros(())
 
         def step(n: int, k: int) -> float:
             b = Batch(z, z, z, z, np.asarray(float(n)), np.asarray(float(k)))
-            return float(phase_time_s(model, cfg, b))
+            return float(inst.iteration_s(b))
 
         return _DecodeSetup(step, M, cap)
-    table = build_step_table(model, cfg.device, cfg.plan, cap)
+    table = build_step_table(inst, cap)
 
     def tabulated(n: int, k: int) -> float:
         return table.time_s(n, n, 0.0, k + n, k, decode_seqs=n)
@@ -298,7 +301,7 @@ def simulate_pd(
         sel = p_pool == i
         if not sel.any():
             continue
-        d_u = phase_time_s(model, pp.config, Batch.prefill(1, uniq))
+        d_u = pp.config.instance(model).iteration_s(Batch.prefill(1, uniq))
         d_s[sel] = d_u[inv[sel]]
         for j, dp in enumerate(dep.decode):
             both = sel & (d_pool == j)
@@ -314,8 +317,8 @@ def simulate_pd(
         idx = np.flatnonzero(p_inst == k)
         cfg = dep.prefill[int(p_pool[idx[0]])].config
 
-        def batch_time_s(b: Batch, c: PhaseConfig = cfg) -> float:
-            return float(phase_time_s(model, c, b))
+        def batch_time_s(b: Batch, inst: Instance = cfg.instance(model)) -> float:
+            return float(inst.iteration_s(b))
 
         done = _prefill_instance(  # prefill end (arrivals sorted)
             arr[idx], s[idx], d_s[idx], batch_tokens[int(p_pool[idx[0]])], batch_time_s

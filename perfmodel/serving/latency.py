@@ -51,9 +51,6 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.special import gammainc
 
-from hardware.device import Device
-from perfmodel.model import ModelSpec
-from perfmodel.plan import ParallelPlan
 from perfmodel.serving.classic_queues import erlang_c
 from perfmodel.serving.prefill_chain import (
     BacklogChain,
@@ -71,7 +68,7 @@ from perfmodel.serving.servemix import (
     decode_only,
     lumped_iteration,
 )
-from perfmodel.step.time import step_time
+from perfmodel.step.instance import Instance
 from perfmodel.workload.lengths import LengthDistribution
 
 Arr = NDArray[np.float64]
@@ -177,9 +174,7 @@ class _OperatingPoint:
 
 
 def _operating_point(
-    model: ModelSpec,
-    device: Device,
-    plan: ParallelPlan,
+    inst: Instance,
     prompts: PromptLaw,
     m: RequestMoments,
     *,
@@ -206,7 +201,7 @@ def _operating_point(
     """
     lam, B = rate_per_s, max_batched_tokens
     ctx = m.decode_context_tokens / max(m.decode_steps, 1e-12)
-    one = float(step_time(model, device, decode_only(1.0, ctx, 1), plan=plan).total_s[0])
+    one = float(inst.iteration_s(decode_only(1.0, ctx, 1))[0])
     pos = decode_steps >= 1
     x = np.array([lam * one * m.decode_steps] * 2)  # (n_d, N̄)
     w_n = decode_weights[pos]
@@ -224,9 +219,7 @@ def _operating_point(
         if n_d >= B - 1:
             return None
         chain = backlog_chain(
-            model,
-            device,
-            plan,
+            inst,
             prompts,
             m,
             rate_per_s=lam,
@@ -239,9 +232,7 @@ def _operating_point(
         levels = chain.levels
         G = chain.per_budget
         tau_plus = prefill_step_s(
-            model,
-            device,
-            plan,
+            inst,
             m,
             prompts,
             prompt_tokens=np.arange(G + 1) * chain.grid_tokens,
@@ -285,9 +276,7 @@ def _operating_point(
 
 
 def estimate_latency(
-    model: ModelSpec,
-    device: Device,
-    plan: ParallelPlan,
+    inst: Instance,
     lengths: LengthDistribution,
     moments: RequestMoments,
     *,
@@ -314,9 +303,7 @@ def estimate_latency(
     prompts = prompt_law(lengths)
     n_all, w_all = compress_atoms(lengths.output_tokens - 1, lengths.weights, PROMPT_BINS * 2)
     op = _operating_point(
-        model,
-        device,
-        plan,
+        inst,
         prompts,
         m,
         rate_per_s=lam,
@@ -331,7 +318,7 @@ def estimate_latency(
     b = chain.mean_step_s
     n_d = chain.decode_seqs
     s_vals, s_w = compress_atoms(prompts.tokens, prompts.weights, PROMPT_BINS)
-    it = lumped_iteration(model, device, plan, s_vals, m, decode_seqs=n_d, max_batched_tokens=B)
+    it = lumped_iteration(inst, s_vals, m, decode_seqs=n_d, max_batched_tokens=B)
     d_s, delta = it.prompt_s, it.prompt_extra_s
     # KV memory (Erlang C over mean-footprint slots).
     hold_s = b * m.iterations
@@ -345,9 +332,7 @@ def estimate_latency(
     mean_d = float(np.dot(s_w, d_s))
     if m.chunk < chain.budget_tokens:  # the lone prompt's extra iterations with chunks of C
         whole = lumped_iteration(
-            model,
-            device,
-            plan,
+            inst,
             s_vals,
             replace(m, chunk=B),
             decode_seqs=n_d,

@@ -57,12 +57,9 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 from scipy.linalg import solve_banded
 
-from hardware.device import Device
-from perfmodel.model import ModelSpec
-from perfmodel.plan import ParallelPlan
 from perfmodel.serving.servemix import RequestMoments
 from perfmodel.step.batch import Batch
-from perfmodel.step.time import step_time
+from perfmodel.step.instance import Instance
 from perfmodel.workload.lengths import LengthDistribution
 
 Arr = NDArray[np.float64]
@@ -193,9 +190,7 @@ class BacklogChain:
 
 
 def prefill_step_s(
-    model: ModelSpec,
-    device: Device,
-    plan: ParallelPlan,
+    inst: Instance,
     m: RequestMoments,
     prompts: PromptLaw,
     *,
@@ -216,7 +211,7 @@ def prefill_step_s(
         decode_seqs=np.full(p.shape, decode_seqs),
         decode_context=np.full(p.shape, decode_seqs * ctx),
     )
-    return np.asarray(step_time(model, device, batch, plan=plan).total_s, dtype=np.float64)
+    return np.asarray(inst.iteration_s(batch), dtype=np.float64)
 
 
 def _stationary(arrivals: Arr) -> Arr:
@@ -255,9 +250,7 @@ def _stationary(arrivals: Arr) -> Arr:
 
 
 def backlog_chain(
-    model: ModelSpec,
-    device: Device,
-    plan: ParallelPlan,
+    inst: Instance,
     prompts: PromptLaw,
     m: RequestMoments,
     *,
@@ -280,9 +273,7 @@ def backlog_chain(
     delta = b_prime / G
     f = grid_pmf(prompts.tokens, prompts.weights, delta)
     tau = prefill_step_s(
-        model,
-        device,
-        plan,
+        inst,
         m,
         prompts,
         prompt_tokens=np.arange(G + 1) * delta,

@@ -29,14 +29,11 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from hardware.device import Device
 from perfmodel.errors import SpecError
-from perfmodel.model import ModelSpec
-from perfmodel.plan import ParallelPlan
 from perfmodel.serving.classic_queues import lifetime_kv_token_steps, prefill_kv_token_steps
 from perfmodel.serving.poisson import poisson_ppf
 from perfmodel.step.batch import Batch
-from perfmodel.step.time import step_time
+from perfmodel.step.instance import Instance
 from perfmodel.workload.lengths import LengthDistribution
 
 Arr = NDArray[np.float64]
@@ -175,9 +172,7 @@ class LumpedIteration:
 
 
 def lumped_iteration(
-    model: ModelSpec,
-    device: Device,
-    plan: ParallelPlan,
+    inst: Instance,
     prompts: Arr,
     m: RequestMoments,
     *,
@@ -194,10 +189,8 @@ def lumped_iteration(
     c_eff = float(min(m.chunk, max(max_batched_tokens - math.ceil(n_d), 1)))
     ch = prompt_chunks(prompts, np.full(prompts.shape, c_eff))
     dec = decode_only(n_d, ctx_per_seq, ch.tokens.size)
-    per_chunk = step_time(
-        model, device, Batch.prefill(1, ch.tokens, ch.context) + dec, plan=plan
-    ).total_s
-    t0 = float(step_time(model, device, decode_only(n_d, ctx_per_seq, 1), plan=plan).total_s[0])
+    per_chunk = inst.iteration_s(Batch.prefill(1, ch.tokens, ch.context) + dec)
+    t0 = float(inst.iteration_s(decode_only(n_d, ctx_per_seq, 1))[0])
     d_s = np.bincount(ch.owner, weights=per_chunk, minlength=prompts.size).astype(np.float64)
     delta = np.bincount(ch.owner, weights=per_chunk - t0, minlength=prompts.size)
     return LumpedIteration(
@@ -211,9 +204,7 @@ def lumped_iteration(
 
 
 def poisson_iteration_s(
-    model: ModelSpec,
-    device: Device,
-    plan: ParallelPlan,
+    inst: Instance,
     prompts: Arr,
     weights: Arr,
     m: RequestMoments,
@@ -238,9 +229,7 @@ def poisson_iteration_s(
     of :func:`mix_batch`.
     """
     it = lumped_iteration(
-        model,
-        device,
-        plan,
+        inst,
         prompts,
         m,
         decode_seqs=decode_seqs,
@@ -278,4 +267,4 @@ def poisson_iteration_s(
         decode_seqs=n_dec,
         decode_context=n_dec * ctx_per_seq,
     )
-    return float(step_time(model, device, batch, plan=plan).total_s.mean())
+    return float(inst.iteration_s(batch).mean())

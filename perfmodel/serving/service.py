@@ -71,8 +71,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from hardware.device import Device
-from perfmodel.errors import InfeasibleError, SpecError
-from perfmodel.memory import DEFAULT_MAX_BATCHED_TOKENS, describe_shortfall, memory_fit
+from perfmodel.errors import SpecError
+from perfmodel.memory import DEFAULT_MAX_BATCHED_TOKENS
 from perfmodel.model import ModelSpec
 from perfmodel.plan import ParallelPlan
 from perfmodel.serving.classic_queues import (
@@ -90,7 +90,7 @@ from perfmodel.serving.servemix import (
     poisson_iteration_s,
     request_moments,
 )
-from perfmodel.step.time import step_time
+from perfmodel.step.instance import Instance
 from perfmodel.workload.arrivals import check_rate
 from perfmodel.workload.presets import Workload
 
@@ -99,9 +99,7 @@ from perfmodel.workload.presets import Workload
 class ServiceRate:
     """The stable service rate of one instance and what bounds it."""
 
-    model: ModelSpec
-    device: Device
-    plan: ParallelPlan
+    instance: Instance
     workload: Workload
     rate_per_s: float  # μ = min(compute, memory) (× pp: the whole instance)
     compute_rate_per_s: float
@@ -118,6 +116,18 @@ class ServiceRate:
     moments: RequestMoments
     effective_kv_tokens: float = 0.0  # M_eff = M − watermark·M − E[c²]/(2E[c]) (× pp)
     admission_slack_tokens: float = 0.0  # E[c²]/(2E[c]): KV left free by FIFO admission
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.instance.model
+
+    @property
+    def device(self) -> Device:
+        return self.instance.device
+
+    @property
+    def plan(self) -> ParallelPlan:
+        return self.instance.plan
 
     @property
     def largest_request_fits(self) -> bool:
@@ -171,22 +181,8 @@ class Stability:
         return f"stable at utilization {self.utilization:.0%} ({self.margin:.0%} margin); {bound}"
 
 
-def _kv_capacity(
-    model: ModelSpec, device: Device, plan: ParallelPlan, max_batched_tokens: int
-) -> int:
-    fit = memory_fit(model, device, plan, max_batched_tokens=max_batched_tokens)
-    if fit.kv_capacity_tokens <= 0:
-        raise InfeasibleError(
-            describe_shortfall(fit, model, device, plan.tp).replace("needs", "weights need")
-            + "; no room for a KV cache"
-        )
-    return fit.kv_capacity_tokens
-
-
 def service_rate(
-    model: ModelSpec,
-    device: Device,
-    plan: ParallelPlan,
+    inst: Instance,
     workload: Workload,
     *,
     kv_capacity_tokens: int | None = None,
@@ -216,14 +212,14 @@ def service_rate(
     B = int(max_batched_tokens)
     chunk = int(min(chunk_size or B, B))
     if kv_capacity_tokens is None:
-        M = _kv_capacity(model, device, plan, B)
+        M = inst.kv_capacity_tokens(B)
     elif not (isinstance(kv_capacity_tokens, int | np.integer) and kv_capacity_tokens >= 1):
         raise SpecError(
             f"kv_capacity_tokens must be a positive integer, got {kv_capacity_tokens!r}"
         )
     else:
         M = int(kv_capacity_tokens)
-    pp = plan.pp
+    pp = inst.plan.pp
     M_total, M = M, M // pp  # from here on: one virtual engine
     if M < 1:
         raise SpecError(
@@ -240,14 +236,12 @@ def service_rate(
     m_eff = max(M - int(admission_watermark * M) - slack, 1.0)
     r_compute = B / m.tokens
     r_memory = m_eff / m.lifetime_kv_token_steps
-    t = step_time(model, device, mix_batch(np.array([r_compute, r_memory]), m), plan=plan).total_s
+    t = inst.iteration_s(mix_batch(np.array([r_compute, r_memory]), m))
     t_full, t_mem = float(t[0]), float(t[1])
     if r_memory < r_compute:  # the cache fills before the budget: iterations are not full
         s_vals, s_w = compress_atoms(lengths.input_tokens, lengths.weights, PROMPT_BINS)
         t_mem = poisson_iteration_s(
-            model,
-            device,
-            plan,
+            inst,
             s_vals,
             s_w,
             m,
@@ -260,9 +254,7 @@ def service_rate(
     mu = min(mu_c, mu_m)
     delta = m.max_total_tokens / M
     return ServiceRate(
-        model=model,
-        device=device,
-        plan=plan,
+        instance=inst,
         workload=workload,
         rate_per_s=pp * mu,
         compute_rate_per_s=pp * mu_c,
@@ -308,9 +300,7 @@ def latency(service: ServiceRate, rate_per_s: float) -> LatencyEstimate:
     st = stability(service, rate_per_s)
     pp = service.plan.pp
     est = estimate_latency(
-        service.model,
-        service.device,
-        service.plan,
+        service.instance,
         service.workload.lengths,
         service.moments,
         rate_per_s=rate_per_s / pp,

@@ -35,12 +35,10 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from hardware.device import Device
 from perfmodel.errors import SpecError
-from perfmodel.model import ModelSpec
-from perfmodel.plan import ParallelPlan
 from perfmodel.serving.servemix import DEFAULT_WATERMARK
 from perfmodel.sim.engine import run_engine
+from perfmodel.step.instance import Instance
 from perfmodel.step.table import StepTable, build_step_table
 from perfmodel.workload.arrivals import RenewalArrivals
 from perfmodel.workload.lengths import LengthDistribution
@@ -231,15 +229,13 @@ class SimSetup:
 
 
 def make_setup(
-    model: ModelSpec,
-    device: Device,
-    plan: ParallelPlan,
+    inst: Instance,
     *,
     kv_capacity_tokens: int,
     max_batched_tokens: int,
     chunk_size: int | None = None,
 ) -> SimSetup:
-    table = build_step_table(model, device, plan, max_batched_tokens)
+    table = build_step_table(inst, max_batched_tokens)
     return SimSetup(
         table, kv_capacity_tokens, max_batched_tokens, int(chunk_size or max_batched_tokens)
     )

@@ -1,4 +1,4 @@
-"""A tabulated form of ``step_time`` for the simulator: one iteration in a few scalar ops.
+"""An instance's iteration time tabulated for the simulator: one iteration in a few ops.
 
 ``step_time`` sums per-operator times. For a batch with ``T`` tokens, ``R`` logit rows,
 prefill pairs ``P``, decode pairs ``Q`` (context + one per decode), KV tokens read ``K``:
@@ -11,7 +11,8 @@ prefill pairs ``P``, decode pairs ``Q`` (context + one per decode), KV tokens re
 
 The table is *checked* against ``step_time`` on random batches when built; if the
 cost profile is not of this form (max error above ``1e-6`` relative), ``exact`` is
-False and :meth:`StepTable.time_s` calls ``step_time`` directly (slow but correct).
+False and :meth:`StepTable.time_s` calls :meth:`Instance.iteration_s` directly (slow
+but correct) — as for an instance with a calibrated iteration profile.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ from hardware.device import Device
 from perfmodel.model import ModelSpec
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
-from perfmodel.step.time import StepTime, step_time
+from perfmodel.step.instance import Instance
+from perfmodel.step.time import StepTime
 
 Arr = NDArray[np.float64]
 _ATTN = "attention"
@@ -44,9 +46,7 @@ def _sum_ops(st: StepTime, names: tuple[str, ...], include: bool) -> Arr:
 
 @dataclass(frozen=True)
 class StepTable:
-    model: ModelSpec
-    device: Device
-    plan: ParallelPlan
+    instance: Instance
     max_tokens: int
     token_s: Arr  # index T
     rows_s: Arr  # index R
@@ -57,6 +57,18 @@ class StepTable:
     attn_overhead_s: float
     exact: bool
     max_rel_error: float
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.instance.model
+
+    @property
+    def device(self) -> Device:
+        return self.instance.device
+
+    @property
+    def plan(self) -> ParallelPlan:
+        return self.instance.plan
 
     def time_s(
         self,
@@ -87,7 +99,7 @@ class StepTable:
                     )
                 )
             )
-            return float(step_time(self.model, self.device, b, plan=self.plan).total_s)
+            return float(self.instance.iteration_s(b))
         c = self.attn_prefill_pair_s * prefill_pairs + self.attn_decode_pair_s * decode_pairs
         m = self.attn_kv_token_s * kv_read_tokens + self.attn_token_s * tokens
         return float(self.token_s[tokens] + self.rows_s[rows]) + max(c, m) + self.attn_overhead_s
@@ -141,9 +153,7 @@ class StepTable:
 
 
 def build_step_table(
-    model: ModelSpec,
-    device: Device,
-    plan: ParallelPlan,
+    inst: Instance,
     max_tokens: int,
     *,
     rng: np.random.Generator | None = None,
@@ -151,14 +161,14 @@ def build_step_table(
     """Tabulate ``step_time`` for batches of up to ``max_tokens`` tokens and verify it."""
     T = np.arange(max_tokens + 1, dtype=np.float64)
     z = np.zeros_like(T)
-    by_tokens = step_time(model, device, Batch(T, z, z, z, z, z), plan=plan)
+    by_tokens = inst.step(Batch(T, z, z, z, z, z))
     token_s = _sum_ops(by_tokens, (_ATTN, *_ROW_OPS), include=False)
     token_s[0] = 0.0
-    by_rows = step_time(model, device, Batch(z, T, z, z, z, z), plan=plan)
+    by_rows = inst.step(Batch(z, T, z, z, z, z))
     rows_s = _sum_ops(by_rows, _ROW_OPS, include=True)
 
     def attn(b: Batch) -> tuple[float, float, float]:
-        op = step_time(model, device, b, plan=plan).op(_ATTN)
+        op = inst.step(b).op(_ATTN)
         return float(op.compute_s), float(op.memory_s), float(op.total_s)
 
     one, zero = np.asarray(1.0), np.asarray(0.0)
@@ -168,9 +178,7 @@ def build_step_table(
     _, m_kv_plus, _ = attn(Batch(zero, zero, zero, one, zero, zero))
     overhead = tot - max(c_dp, m_tok)
     table = StepTable(
-        model=model,
-        device=device,
-        plan=plan,
+        instance=inst,
         max_tokens=max_tokens,
         token_s=token_s,
         rows_s=rows_s,
@@ -200,7 +208,7 @@ def random_batches(max_tokens: int, n: int, rng: np.random.Generator) -> Batch:
 
 def _check(table: StepTable, rng: np.random.Generator) -> float:
     b = random_batches(table.max_tokens, 64, rng)
-    ref = step_time(table.model, table.device, b, plan=table.plan).total_s
+    ref = table.instance.iteration_s(b)
     got = table.batch_time_s(b)
     ok = ref > 0
     return float(np.max(np.abs(got[ok] - ref[ok]) / ref[ok], initial=0.0))

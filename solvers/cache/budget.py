@@ -45,6 +45,7 @@ from perfmodel.cache.serving import (
 )
 from perfmodel.errors import InfeasibleError
 from perfmodel.sim.simulate import SimResult
+from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S, GiB, MiB
 from solvers.cache.milp import SplitProblem, SplitSolution, brute_force_split, solve_split
 
@@ -315,9 +316,7 @@ def simulate_plan(
     if not plan.feasible:
         raise InfeasibleError("the plan is infeasible; there is nothing to simulate")
     setup = make_setup(
-        spec.model,
-        spec.device,
-        spec.plan,
+        Instance(spec.model, spec.device, spec.plan),
         kv_capacity_tokens=plan.kv_capacity_tokens,
         max_batched_tokens=spec.max_batched_tokens,
     )

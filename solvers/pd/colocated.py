@@ -18,6 +18,7 @@ from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.serving.goodput import slo_attainment
 from perfmodel.serving.service import latency, service_rate
+from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
@@ -49,9 +50,7 @@ def colocated_baseline(
         for tp in valid_tps(model):
             try:
                 sv = service_rate(
-                    model,
-                    dev,
-                    parallel_plan(tp, dtype, kv_dtype),
+                    Instance(model, dev, parallel_plan(tp, dtype, kv_dtype)),
                     workload,
                     max_batched_tokens=max_batched_tokens,
                 )

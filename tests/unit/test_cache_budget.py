@@ -13,6 +13,7 @@ from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
 from perfmodel.serving.service import service_rate, stability
+from perfmodel.step.instance import Instance
 from perfmodel.units import GiB
 from perfmodel.workload.presets import preset
 from perfmodel.workload.slo import SLO
@@ -79,9 +80,7 @@ def test_plan_is_stable_and_the_simulator_confirms_it(case: int) -> None:
     assert ev.attainment >= spec.slo.goal
     if not spec.offload_experts:  # the queueing layer's own verdict at the plan's KV
         sr = service_rate(
-            spec.model,
-            spec.device,
-            spec.plan,
+            Instance(spec.model, spec.device, spec.plan),
             spec.workload,
             kv_capacity_tokens=plan.kv_capacity_tokens,
         )

@@ -26,6 +26,7 @@ from perfmodel.serving.classic_queues import (
     work_conserving_capacity_tokens_per_s,
 )
 from perfmodel.serving.service import ServiceRate, latency, service_rate
+from perfmodel.step.instance import Instance
 from perfmodel.units import GiB
 from perfmodel.workload.presets import preset
 from perfmodel.workload.slo import SLO
@@ -52,7 +53,7 @@ def qwen() -> CacheBudgetSpec:
 @pytest.fixture(scope="module")
 def qwen_sr(qwen: CacheBudgetSpec) -> ServiceRate:
     return service_rate(
-        qwen.model, qwen.device, qwen.plan, qwen.workload, kv_capacity_tokens=200_000,
+        Instance(qwen.model, qwen.device, qwen.plan), qwen.workload, kv_capacity_tokens=200_000,
         max_batched_tokens=B,
     )  # fmt: skip
 
@@ -135,7 +136,7 @@ def test_more_kv_never_lowers_mu_by_more_than_one_percent() -> None:
     128-row GEMM tile (M 340k -> 345k here); the decode count is now Poisson(n_d)."""
     m, d, w = load_model("llama-3.1-8b"), load_device("a100-40gb"), preset("chat")
     mus = [
-        service_rate(m, d, ParallelPlan(), w, kv_capacity_tokens=kv).rate_per_s
+        service_rate(Instance(m, d, ParallelPlan()), w, kv_capacity_tokens=kv).rate_per_s
         for kv in (330_000, 340_000, 345_000, 360_000)
     ]
     best = np.maximum.accumulate(mus)

@@ -24,6 +24,7 @@ from perfmodel.cache.paging import (
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
+from perfmodel.step.instance import Instance
 from perfmodel.workload.lengths import fixed_lengths
 from perfmodel.workload.presets import preset
 
@@ -112,7 +113,9 @@ def test_adapter_paging_hit_and_load() -> None:
 
 def test_paging_vs_reservation_by_hand() -> None:
     m, d = load_model("llama-3.1-8b"), load_device("a100-sxm-80gb")
-    c = paging_vs_reservation(m, d, ParallelPlan(), fixed_lengths(100, 50), block_tokens=16)
+    c = paging_vs_reservation(
+        Instance(m, d, ParallelPlan()), fixed_lengths(100, 50), block_tokens=16
+    )
     # step-averaged context (50·100 + 50·49/2)/50 = 124.5; paged adds (16-1)/2
     assert c.mean_context_tokens == pytest.approx(124.5)
     assert c.paged.footprint_tokens == pytest.approx(132.0)
@@ -125,8 +128,8 @@ def test_paging_vs_reservation_by_hand() -> None:
 
 def test_paging_gain_on_chat_is_larger_than_on_code() -> None:
     m, d = load_model("llama-3.1-70b"), load_device("h100-sxm")
-    chat = paging_vs_reservation(m, d, ParallelPlan(tp=4), preset("chat").lengths)
-    code = paging_vs_reservation(m, d, ParallelPlan(tp=4), preset("code").lengths)
+    chat = paging_vs_reservation(Instance(m, d, ParallelPlan(tp=4)), preset("chat").lengths)
+    code = paging_vs_reservation(Instance(m, d, ParallelPlan(tp=4)), preset("code").lengths)
     for c in (chat, code):
         assert c.paged.batch > c.reserved_actual.batch > c.reserved_max.batch
         assert 1.0 < c.throughput_ratio < c.batch_ratio  # step time grows with the batch
@@ -142,17 +145,13 @@ def test_bad_paging_input() -> None:
         expert_fetch(1e6, load_device("h100-sxm").host_link, low_bytes=2e6, low_fraction=0.5)
     with pytest.raises(SpecError):
         paging_vs_reservation(
-            load_model("llama-3.1-8b"),
-            load_device("h100-sxm"),
-            ParallelPlan(),
+            Instance(load_model("llama-3.1-8b"), load_device("h100-sxm"), ParallelPlan()),
             fixed_lengths(100, 50),
             max_len_tokens=10,
         )
     with pytest.raises(InfeasibleError):
         paging_vs_reservation(
-            load_model("llama-3.1-8b"),
-            load_device("a100-40gb"),
-            ParallelPlan(),
+            Instance(load_model("llama-3.1-8b"), load_device("a100-40gb"), ParallelPlan()),
             fixed_lengths(100, 50),
             max_len_tokens=10_000_000,
         )

@@ -17,7 +17,7 @@ from hardware.device import Link, load_device
 from hardware.maxaffine import MaxAffine
 from perfmodel.errors import InfeasibleError
 from perfmodel.model import load_model
-from perfmodel.pd.models import PhaseConfig, PhaseGoodput, phase_time_s, planner_lengths
+from perfmodel.pd.models import PhaseConfig, PhaseGoodput, planner_lengths
 from perfmodel.pd.profiles import load_phase_profiles
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
@@ -346,7 +346,7 @@ def test_distserve_decode_profile_matches_the_quoted_values() -> None:
         ParallelPlan(1, "fp16", "fp16", "fp16"),
         profile=distserve_opt13b_profiles()[("decode", _DS_DEV, 1)],
     )
-    t = phase_time_s(OPT, cfg, Batch.decode(np.array([32.0, 128.0]), 512.0))
+    t = cfg.instance(OPT).iteration_s(Batch.decode(np.array([32.0, 128.0]), 512.0))
     assert t[0] == pytest.approx(31.5e-3, abs=0.1e-3)
     assert t[1] == pytest.approx(65.5e-3, rel=0.01)  # max-affine: the small-batch piece
     p = PhaseConfig(
@@ -356,7 +356,9 @@ def test_distserve_decode_profile_matches_the_quoted_values() -> None:
         profile=distserve_opt13b_profiles()[("prefill", _DS_DEV, 2)],
     )
     # T3: one 512-token prompt on TP2 takes 50.50 ms
-    assert float(phase_time_s(OPT, p, Batch.prefill(1, 512.0))) == pytest.approx(50.50e-3, abs=1e-5)
+    assert float(p.instance(OPT).iteration_s(Batch.prefill(1, 512.0))) == pytest.approx(
+        50.50e-3, abs=1e-5
+    )
 
 
 def test_distserve_example_with_distserve_profile() -> None:

@@ -23,6 +23,7 @@ from perfmodel.serving import service as q
 from perfmodel.serving.classic_queues import nie_memory_rate_per_s, renewal_mean_age
 from perfmodel.serving.servemix import DEFAULT_WATERMARK, mix_batch, request_moments
 from perfmodel.step.batch import Batch
+from perfmodel.step.instance import Instance
 from perfmodel.step.time import roofline_floor_s, step_time
 from perfmodel.units import GiB
 from perfmodel.workload.presets import preset
@@ -121,10 +122,10 @@ def test_pp1_is_bit_identical_to_before() -> None:
             0.012051422190992884,
             0.16840049535339432,
         ]
-        e = estimate(m, H100, plan, batch=64, input_len=1024, output_len=128)
+        e = estimate(Instance(m, H100, plan), batch=64, input_len=1024, output_len=128)
         assert (e.tpot_s, e.ttft_s, e.micro_batch) == (0.010710004489552241, 1.3118699525261068, 64)
     assert step_time(m, H100, decode, plan=ParallelPlan(tp=1)).stage_s == ()
-    sr = q.service_rate(m, H100, ParallelPlan(tp=1), preset("chat"))
+    sr = q.service_rate(Instance(m, H100, ParallelPlan(tp=1)), preset("chat"))
     assert sr.rate_per_s == 23.40754194627034
     assert sr.devices == 1 and sr.engine_kv_capacity_tokens == sr.kv_capacity_tokens == 445627
     # with collectives: pp=1 is the plain sum of the per-layer ops, as before
@@ -277,7 +278,7 @@ def test_service_rate_is_pp_virtual_engines() -> None:
     w = preset("chat")
     plan = ParallelPlan(tp=4, pp=2)
     M = 200_001  # odd: each virtual engine gets ⌊M/2⌋ = 100,000 tokens
-    sr = q.service_rate(L70, H100, plan, w, kv_capacity_tokens=M)
+    sr = q.service_rate(Instance(L70, H100, plan), w, kv_capacity_tokens=M)
     assert sr.kv_capacity_tokens == M and sr.engine_kv_capacity_tokens == 100_000
     B = 8192
     m = request_moments(w.lengths, B)
@@ -298,12 +299,12 @@ def test_service_rate_is_pp_virtual_engines() -> None:
     # TP4 iteration of half the model on the same batch
     assert sr.memory_step_s > 0
     with pytest.raises(SpecError, match="cannot be split over the 2 virtual engines"):
-        q.service_rate(L70, H100, plan, w, kv_capacity_tokens=1)
+        q.service_rate(Instance(L70, H100, plan), w, kv_capacity_tokens=1)
 
 
 def test_latency_and_sizing_count_virtual_engines_and_devices() -> None:
     w = preset("chat")
-    sr = q.service_rate(L70, H100, ParallelPlan(tp=4, pp=2), w)
+    sr = q.service_rate(Instance(L70, H100, ParallelPlan(tp=4, pp=2)), w)
     assert sr.devices == 8 and sr.virtual_engines == 2
     lam = 0.6 * sr.rate_per_s
     lat = q.latency(sr, lam)
@@ -331,7 +332,7 @@ def test_doubling_pp_raises_mu_when_memory_bound(mid: str, dev: str, tp: int) ->
     """Same devices per stage, twice the stages: weights per device halve, KV more than
     doubles, so a memory-bound instance serves more (here also per device from PP1)."""
     m, d, w = load_model(mid), load_device(dev), preset("chat")
-    rates = [q.service_rate(m, d, ParallelPlan(tp=tp, pp=pp), w) for pp in (1, 2, 4)]
+    rates = [q.service_rate(Instance(m, d, ParallelPlan(tp=tp, pp=pp)), w) for pp in (1, 2, 4)]
     assert rates[0].binding == "memory"
     for a, b in itertools.pairwise(rates):
         assert b.kv_capacity_tokens > 2 * a.kv_capacity_tokens
@@ -340,7 +341,9 @@ def test_doubling_pp_raises_mu_when_memory_bound(mid: str, dev: str, tp: int) ->
 
 
 def test_estimate_spreads_the_batch_over_virtual_engines() -> None:
-    e = estimate(L70, H100, ParallelPlan(tp=4, pp=2), batch=63, input_len=512, output_len=64)
+    e = estimate(
+        Instance(L70, H100, ParallelPlan(tp=4, pp=2)), batch=63, input_len=512, output_len=64
+    )
     assert e.micro_batch == 32
     t = step_time(L70, H100, Batch.decode(32, 512 + 31), plan=e.plan)
     assert float(e.decode_mid.total_s) == pytest.approx(float(t.total_s), rel=1e-12)

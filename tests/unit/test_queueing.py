@@ -17,6 +17,7 @@ from perfmodel.serving import goodput as q_goodput
 from perfmodel.serving import service as q
 from perfmodel.serving.servemix import mix_batch
 from perfmodel.step.batch import Batch
+from perfmodel.step.instance import Instance
 from perfmodel.step.time import step_time
 from perfmodel.workload.presets import preset
 from perfmodel.workload.slo import SLO
@@ -29,7 +30,7 @@ CHAT = preset("chat")
 
 @pytest.fixture(scope="module")
 def chat_rate() -> q.ServiceRate:
-    return q.service_rate(M8, H100, PLAN, CHAT)
+    return q.service_rate(Instance(M8, H100, PLAN), CHAT)
 
 
 def test_service_rate_is_min_of_bounds(chat_rate: q.ServiceRate) -> None:
@@ -56,8 +57,8 @@ def test_service_rate_is_min_of_bounds(chat_rate: q.ServiceRate) -> None:
 
 
 def test_small_kv_makes_memory_bind() -> None:
-    big = q.service_rate(M8, H100, PLAN, CHAT)
-    small = q.service_rate(M8, H100, PLAN, CHAT, kv_capacity_tokens=40_000)
+    big = q.service_rate(Instance(M8, H100, PLAN), CHAT)
+    small = q.service_rate(Instance(M8, H100, PLAN), CHAT, kv_capacity_tokens=40_000)
     assert small.binding == "memory"
     assert small.rate_per_s < 0.8 * big.rate_per_s
     assert small.compute_rate_per_s == pytest.approx(big.compute_rate_per_s)
@@ -67,8 +68,8 @@ def test_small_kv_makes_memory_bind() -> None:
 @given(m1=st.integers(20_000, 400_000), m2=st.integers(20_000, 400_000))
 def test_rate_monotone_in_kv(m1: int, m2: int) -> None:
     lo, hi = sorted((m1, m2))
-    a = q.service_rate(M8, H100, PLAN, CHAT, kv_capacity_tokens=lo)
-    b = q.service_rate(M8, H100, PLAN, CHAT, kv_capacity_tokens=hi)
+    a = q.service_rate(Instance(M8, H100, PLAN), CHAT, kv_capacity_tokens=lo)
+    b = q.service_rate(Instance(M8, H100, PLAN), CHAT, kv_capacity_tokens=hi)
     assert a.rate_per_s <= b.rate_per_s * (1 + 1e-9)
 
 
@@ -142,7 +143,7 @@ def test_model_that_does_not_fit() -> None:
     from perfmodel.errors import InfeasibleError
 
     with pytest.raises(InfeasibleError, match="does not fit"):
-        q.service_rate(load_model("llama-3.1-70b"), H100, PLAN, CHAT)
+        q.service_rate(Instance(load_model("llama-3.1-70b"), H100, PLAN), CHAT)
 
 
 def test_poisson_iteration_hand_checked() -> None:
@@ -158,7 +159,7 @@ def test_poisson_iteration_hand_checked() -> None:
     m = request_moments(lengths, 8192)
     r, n_d = 0.5, 50.0
     got = poisson_iteration_s(
-        M8, H100, PLAN, np.array([1000.0]), np.array([1.0]), m,
+        Instance(M8, H100, PLAN), np.array([1000.0]), np.array([1.0]), m,
         prompts_per_step=r, decode_seqs=n_d, max_batched_tokens=8192,
     )  # fmt: skip
     k, j = (a.ravel() for a in np.meshgrid(np.arange(12.0), np.arange(121.0)))

@@ -11,6 +11,7 @@ from perfmodel.estimate import estimate
 from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
+from perfmodel.step.instance import Instance
 from perfmodel.step.ops import layer_ops
 from perfmodel.step.time import roofline_floor_s, step_time
 
@@ -77,7 +78,10 @@ def test_70b_fp8_single_h100_decode_is_weight_streaming() -> None:
 
 def test_estimate_70b_tp8_is_memory_dominated() -> None:
     e = estimate(
-        MODELS["llama-3.1-70b"], H100, ParallelPlan(tp=8), batch=64, input_len=1024, output_len=128
+        Instance(MODELS["llama-3.1-70b"], H100, ParallelPlan(tp=8)),
+        batch=64,
+        input_len=1024,
+        output_len=128,
     )
     bound = e.decode_mid.by_bound()
     assert float(bound["memory"]) > 0.5 * float(e.decode_mid.total_s)

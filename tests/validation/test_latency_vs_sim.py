@@ -26,6 +26,7 @@ from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
 from perfmodel.serving import service as q
 from perfmodel.sim.simulate import SimSetup, make_setup, simulate, simulate_workload
+from perfmodel.step.instance import Instance
 from perfmodel.step.table import StepTable
 from perfmodel.workload.lengths import TruncLogNormal, lognormal_lengths
 from perfmodel.workload.presets import Workload, preset
@@ -38,9 +39,9 @@ WARMUP = 0.1  # fraction of the arrival period dropped
 @cache
 def _instance(mid: str, dev: str, tp: int, wl: str) -> tuple[q.ServiceRate, SimSetup]:
     m, d, plan, w = load_model(mid), load_device(dev), ParallelPlan(tp=tp), preset(wl)
-    sr = q.service_rate(m, d, plan, w, max_batched_tokens=BUDGET)
+    sr = q.service_rate(Instance(m, d, plan), w, max_batched_tokens=BUDGET)
     setup = make_setup(
-        m, d, plan, kv_capacity_tokens=sr.kv_capacity_tokens, max_batched_tokens=BUDGET
+        Instance(m, d, plan), kv_capacity_tokens=sr.kv_capacity_tokens, max_batched_tokens=BUDGET
     )
     return sr, setup
 
@@ -146,12 +147,12 @@ def test_prefill_only_requests() -> None:
     m, d, plan = load_model("llama-3.1-8b"), load_device("h100-sxm"), ParallelPlan()
     w = Workload("prompts-only", lognormal_lengths(TruncLogNormal(7.0, 0.8, 16, 7000),
                  TruncLogNormal(0.0, 0.1, 1, 1), n=64))  # fmt: skip
-    sr = q.service_rate(m, d, plan, w, max_batched_tokens=BUDGET)
+    sr = q.service_rate(Instance(m, d, plan), w, max_batched_tokens=BUDGET)
     lam = 0.7 * sr.rate_per_s
     est = q.latency(sr, lam)
     assert est.tpot_mean_s == 0.0 and est.e2e_mean_s == est.ttft_mean_s
     setup = make_setup(
-        m, d, plan, kv_capacity_tokens=sr.kv_capacity_tokens, max_batched_tokens=BUDGET
+        Instance(m, d, plan), kv_capacity_tokens=sr.kv_capacity_tokens, max_batched_tokens=BUDGET
     )
     r = simulate_workload(setup, w.lengths, w.arrivals(lam), n_requests=REQUESTS, seed=3)
     keep = r.arrival_s >= WARMUP * r.arrival_s[-1]

@@ -27,6 +27,7 @@ from perfmodel.sim.simulate import (
     simulate_engines,
     simulate_workload,
 )
+from perfmodel.step.instance import Instance
 from perfmodel.workload.presets import preset
 
 
@@ -55,9 +56,9 @@ def test_merge_sums_counters_and_queues_as_step_functions() -> None:
 
 def _setup(mid: str, dev: str, tp: int, pp: int):
     m, d, plan, w = load_model(mid), load_device(dev), ParallelPlan(tp=tp, pp=pp), preset("chat")
-    sr = q.service_rate(m, d, plan, w)
+    sr = q.service_rate(Instance(m, d, plan), w)
     setup = make_setup(
-        m, d, plan, kv_capacity_tokens=sr.engine_kv_capacity_tokens,
+        Instance(m, d, plan), kv_capacity_tokens=sr.engine_kv_capacity_tokens,
         max_batched_tokens=sr.max_batched_tokens,
     )  # fmt: skip
     return sr, setup, w
@@ -122,9 +123,9 @@ def test_each_virtual_engine_sees_thinned_arrivals() -> None:
     burstiness gap (-36 %) shrinks to -17 % as the thinning smooths the stream; with the
     instance's CV on every engine it was +8 % (the sign flipped with pp)."""
     m, d, w = load_model("llama-3.1-8b"), load_device("h100-sxm"), preset("chat", arrival_cv=2.0)
-    sr = q.service_rate(m, d, ParallelPlan(tp=1, pp=4), w)
+    sr = q.service_rate(Instance(m, d, ParallelPlan(tp=1, pp=4)), w)
     setup = make_setup(
-        m, d, sr.plan, kv_capacity_tokens=sr.engine_kv_capacity_tokens,
+        Instance(m, d, sr.plan), kv_capacity_tokens=sr.engine_kv_capacity_tokens,
         max_batched_tokens=sr.max_batched_tokens,
     )  # fmt: skip
     lam = 0.7 * sr.rate_per_s

@@ -20,6 +20,7 @@ from perfmodel.sim.simulate import (
     simulate_workload,
 )
 from perfmodel.step.batch import Batch
+from perfmodel.step.instance import Instance
 from perfmodel.step.table import StepTable, build_step_table, random_batches
 from perfmodel.step.time import step_time
 from perfmodel.workload.presets import Workload, preset
@@ -40,7 +41,7 @@ H100 = load_device("h100-sxm")
 )
 def test_step_table_equals_step_time(mid: str, dev: str, tp: int) -> None:
     m, d, plan = load_model(mid), load_device(dev), ParallelPlan(tp=tp)
-    table = build_step_table(m, d, plan, 4096)
+    table = build_step_table(Instance(m, d, plan), 4096)
     assert table.exact
     b = random_batches(4096, 200, np.random.default_rng(11))
     ref = step_time(m, d, b, plan=plan).total_s
@@ -49,7 +50,7 @@ def test_step_table_equals_step_time(mid: str, dev: str, tp: int) -> None:
 
 def test_lone_request_hand_checked() -> None:
     """One request (100 in, 3 out): TTFT = its prefill step; then decodes at 100 and 101."""
-    table = build_step_table(M8, H100, ParallelPlan(), 512)
+    table = build_step_table(Instance(M8, H100, ParallelPlan()), 512)
     r = simulate(
         table,
         arrival_s=[0.5],
@@ -68,7 +69,7 @@ def test_lone_request_hand_checked() -> None:
 
 
 def test_chunked_prefill_and_rejection() -> None:
-    table = build_step_table(M8, H100, ParallelPlan(), 256)
+    table = build_step_table(Instance(M8, H100, ParallelPlan()), 256)
     r = simulate(
         table,
         arrival_s=[0.0, 0.0],
@@ -86,7 +87,7 @@ def test_chunked_prefill_and_rejection() -> None:
 
 def test_preemption_keeps_everything_finishing() -> None:
     """A KV cache far too small for the decode growth forces recompute preemptions."""
-    table = build_step_table(M8, H100, ParallelPlan(), 2048)
+    table = build_step_table(Instance(M8, H100, ParallelPlan()), 2048)
     rng = np.random.default_rng(5)
     n = 300
     r = simulate(
@@ -119,9 +120,9 @@ def test_analytic_rate_within_10pct_of_simulated(
     mid: str, dev: str, tp: int, wl: str, kv: int | None
 ) -> None:
     m, d, plan, w = load_model(mid), load_device(dev), ParallelPlan(tp=tp), preset(wl)
-    sr = q.service_rate(m, d, plan, w, kv_capacity_tokens=kv)
+    sr = q.service_rate(Instance(m, d, plan), w, kv_capacity_tokens=kv)
     setup = make_setup(
-        m, d, plan, kv_capacity_tokens=sr.kv_capacity_tokens, max_batched_tokens=8192
+        Instance(m, d, plan), kv_capacity_tokens=sr.kv_capacity_tokens, max_batched_tokens=8192
     )
     sat = saturation_rate_per_s(setup, w.lengths, n_requests=2500, seed=2)
     assert sr.rate_per_s == pytest.approx(sat, rel=0.10)
@@ -139,11 +140,11 @@ def test_analytic_rate_within_10pct_of_simulated(
 )
 def test_mean_latency_within_20pct_at_half_load(mid: str, dev: str, tp: int, wl: str) -> None:
     m, d, plan, w = load_model(mid), load_device(dev), ParallelPlan(tp=tp), preset(wl)
-    sr = q.service_rate(m, d, plan, w)
+    sr = q.service_rate(Instance(m, d, plan), w)
     lam = 0.5 * sr.rate_per_s
     est = q.latency(sr, lam)
     setup = make_setup(
-        m, d, plan, kv_capacity_tokens=sr.kv_capacity_tokens, max_batched_tokens=8192
+        Instance(m, d, plan), kv_capacity_tokens=sr.kv_capacity_tokens, max_batched_tokens=8192
     )
     r = simulate_workload(setup, w.lengths, w.arrivals(lam), n_requests=3000, seed=4)
     assert est.ttft_mean_s == pytest.approx(r.ttft().mean_s, rel=0.2)
@@ -152,8 +153,8 @@ def test_mean_latency_within_20pct_at_half_load(mid: str, dev: str, tp: int, wl:
 
 def test_queue_grows_only_above_the_predicted_rate() -> None:
     m, d, plan, w = M8, H100, ParallelPlan(), preset("chat")
-    sr = q.service_rate(m, d, plan, w, kv_capacity_tokens=100_000)
-    setup = make_setup(m, d, plan, kv_capacity_tokens=100_000, max_batched_tokens=8192)
+    sr = q.service_rate(Instance(m, d, plan), w, kv_capacity_tokens=100_000)
+    setup = make_setup(Instance(m, d, plan), kv_capacity_tokens=100_000, max_batched_tokens=8192)
     assert sr.binding == "memory"
     below = simulate_workload(
         setup, w.lengths, w.arrivals(0.85 * sr.rate_per_s), n_requests=3000, seed=8
@@ -172,10 +173,12 @@ def test_azure_replay(file: str) -> None:
         pytest.skip("../shared/data/azure-llm-2023 not present")
     tr = load_trace(DATA / file)
     w = Workload.from_trace(tr)
-    ok = q.service_rate(M8, H100, ParallelPlan(), w)
+    ok = q.service_rate(Instance(M8, H100, ParallelPlan()), w)
     assert q.stability(ok, tr.rate_per_s).stable
     setup = make_setup(
-        M8, H100, ParallelPlan(), kv_capacity_tokens=ok.kv_capacity_tokens, max_batched_tokens=8192
+        Instance(M8, H100, ParallelPlan()),
+        kv_capacity_tokens=ok.kv_capacity_tokens,
+        max_batched_tokens=8192,
     )
     r = simulate(
         setup.table,
@@ -192,10 +195,10 @@ def test_azure_replay(file: str) -> None:
     assert r.end_s < tr.duration_s + 60
     assert r.ttft().p50_s < 0.5
     m70, a100, p2 = load_model("llama-3.1-70b"), load_device("a100-sxm-80gb"), ParallelPlan(tp=2)
-    bad = q.service_rate(m70, a100, p2, w)
+    bad = q.service_rate(Instance(m70, a100, p2), w)
     assert not q.stability(bad, tr.rate_per_s).stable
     s2 = make_setup(
-        m70, a100, p2, kv_capacity_tokens=bad.kv_capacity_tokens, max_batched_tokens=8192
+        Instance(m70, a100, p2), kv_capacity_tokens=bad.kv_capacity_tokens, max_batched_tokens=8192
     )
     n = 2500
     r2 = simulate(
@@ -230,8 +233,8 @@ def test_skip_ahead_gives_identical_requests(
     wl: str, util: float, kv: int | None, budget: int, chunk: int | None
 ) -> None:
     w = preset(wl)
-    sr = q.service_rate(M8, H100, ParallelPlan(), w, kv_capacity_tokens=kv)
-    table = build_step_table(M8, H100, ParallelPlan(), max(budget, 64))
+    sr = q.service_rate(Instance(M8, H100, ParallelPlan()), w, kv_capacity_tokens=kv)
+    table = build_step_table(Instance(M8, H100, ParallelPlan()), max(budget, 64))
     rng = np.random.default_rng(21)
     n = 1500
     s, o = w.lengths.sample(n, rng)
@@ -254,7 +257,7 @@ def test_skip_ahead_gives_identical_requests(
 
 def test_long_decode_run_hand_checked() -> None:
     """One request, 3,000 output tokens: the vectorized run must equal Σ step_time."""
-    table = build_step_table(M8, H100, ParallelPlan(), 512)
+    table = build_step_table(Instance(M8, H100, ParallelPlan()), 512)
     r = simulate(
         table,
         arrival_s=[0.0],
@@ -271,7 +274,7 @@ def test_long_decode_run_hand_checked() -> None:
 
 
 def test_decode_run_matches_time_s_bitwise() -> None:
-    table = build_step_table(M8, H100, ParallelPlan(), 1024)
+    table = build_step_table(Instance(M8, H100, ParallelPlan()), 1024)
     run = table.decode_run_s(37, 51_234, 300)
     step = table.decode_step_fn(37)
     for i in (0, 1, 150, 299):

@@ -14,6 +14,7 @@ from hardware.device import load_device
 from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
 from perfmodel.serving import service as q
+from perfmodel.step.instance import Instance
 from perfmodel.workload.lengths import fixed_lengths, lognormal_lengths
 from perfmodel.workload.presets import PRESETS, Workload, preset
 from perfmodel.workload.slo import SLO
@@ -62,14 +63,17 @@ def test_scaled_outputs_hit_the_mean() -> None:
 def test_boundary_is_the_service_rate(phase: StabilityPhase) -> None:
     """The figure's boundary at each output length is ``service_rate`` of that workload."""
     out, kv = phase.panel("output"), phase.panel("kv")
-    m0 = q.service_rate(M8, H100, PLAN, SMALL).kv_capacity_tokens
+    m0 = q.service_rate(Instance(M8, H100, PLAN), SMALL).kv_capacity_tokens
     want = []
     for y in OUTS:
         ls = scale_output_lengths(SMALL.lengths, y)
-        sr = q.service_rate(M8, H100, PLAN, Workload(ls.name, ls), kv_capacity_tokens=m0)
+        sr = q.service_rate(Instance(M8, H100, PLAN), Workload(ls.name, ls), kv_capacity_tokens=m0)
         want.append(sr.rate_per_s)
     assert [r.service_rate_per_s for r in out.rows] == pytest.approx(want, rel=1e-12)
-    want_kv = [q.service_rate(M8, H100, PLAN, SMALL, kv_capacity_tokens=k).rate_per_s for k in KVS]
+    want_kv = [
+        q.service_rate(Instance(M8, H100, PLAN), SMALL, kv_capacity_tokens=k).rate_per_s
+        for k in KVS
+    ]
     assert [r.service_rate_per_s for r in kv.rows] == pytest.approx(want_kv, rel=1e-12)
     fig = stability_figure(phase)
     lines = [t for t in fig.data if t.name and t.name.startswith("μ")]

@@ -1,0 +1,138 @@
+"""One serving instance — model × device × plan (× a calibrated iteration profile).
+
+:class:`Instance` is built once per command and is the one place every layer above it
+asks for an iteration time, the memory fit and the KV capacity:
+
+* :meth:`Instance.iteration_s` — seconds of one engine iteration of a :class:`Batch`:
+  the calibrated ``profile`` when the instance carries one (a
+  :class:`hardware.maxaffine.MaxAffine` over :data:`PHASE_FEATURES`, e.g. DistServe's
+  measured prefill ``a + b·Σl + c·Σl²``), else the roofline step time of
+  :func:`perfmodel.step.time.step_time`. The queueing models, the simulator's step
+  table, the PD phase models, the cache and offload models and ``estimate`` all cost
+  their iterations here, so a calibrated profile applies to every one of them.
+* :meth:`Instance.step` — the per-operator breakdown (compute / memory / communication
+  and what bounds each) of the roofline path, for reports.
+* :meth:`Instance.memory_fit`, :meth:`Instance.kv_capacity_tokens` — the memory model
+  (:func:`perfmodel.memory.memory_fit`) of this instance.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hardware.device import Device
+from hardware.maxaffine import MaxAffine
+from perfmodel.errors import InfeasibleError, SpecError
+from perfmodel.memory import (
+    DEFAULT_GPU_MEMORY_UTILIZATION,
+    DEFAULT_MAX_BATCHED_TOKENS,
+    MemoryFit,
+    describe_shortfall,
+    memory_fit,
+)
+from perfmodel.model import ModelSpec
+from perfmodel.plan import ParallelPlan
+from perfmodel.step.batch import Batch
+from perfmodel.step.time import StepTime, step_time
+
+Arr = NDArray[np.float64]
+
+#: Features a calibrated iteration profile may use, each a sum over the iteration's
+#: sequences: ``prefill_tokens`` Σl, ``prefill_tokens_sq`` Σ(l² + 2·l·c) (= Σl² for fresh
+#: prompts), ``prefill_seqs`` the prompts, ``decode_seqs`` the decoding requests,
+#: ``decode_tokens`` Σ(context + 1) over them (DistServe's ``Σ(context_len + 1)``).
+PHASE_FEATURES = (
+    "prefill_tokens",
+    "prefill_tokens_sq",
+    "prefill_seqs",
+    "decode_seqs",
+    "decode_tokens",
+)
+
+
+def phase_features(batch: Batch) -> dict[str, Arr]:
+    """The :data:`PHASE_FEATURES` of a batch (``prefill_tokens_sq = 2·pairs − tokens``)."""
+    return {
+        "prefill_tokens": batch.prefill_tokens,
+        "prefill_tokens_sq": 2.0 * batch.prefill_pairs - batch.prefill_tokens,
+        "prefill_seqs": batch.prefill_seqs,
+        "decode_seqs": batch.decode_seqs,
+        "decode_tokens": batch.decode_context + batch.decode_seqs,
+    }
+
+
+@dataclass(frozen=True)
+class Instance:
+    """A model served on ``plan.devices`` devices of one type, as one engine instance."""
+
+    model: ModelSpec
+    device: Device
+    plan: ParallelPlan = field(default_factory=ParallelPlan)
+    profile: MaxAffine | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        self.model.check_tp(self.plan.tp)
+        if self.profile is not None:
+            bad = [f for f in self.profile.features if f not in PHASE_FEATURES]
+            if bad:
+                raise SpecError(
+                    f"iteration profile feature(s) {', '.join(bad)} unknown; an iteration "
+                    f"profile uses {', '.join(PHASE_FEATURES)}"
+                )
+
+    @property
+    def devices(self) -> int:
+        return self.plan.devices
+
+    @property
+    def calibrated(self) -> bool:
+        return self.profile is not None
+
+    def step(self, batch: Batch) -> StepTime:
+        """Roofline step time of ``batch`` with its per-operator breakdown."""
+        return step_time(self.model, self.device, batch, plan=self.plan)
+
+    def iteration_s(self, batch: Batch) -> Arr:
+        """Seconds of one iteration of ``batch`` (vectorized over the batch's arrays)."""
+        if self.profile is not None:
+            feats = phase_features(batch)
+            return np.asarray(self.profile(**{f: feats[f] for f in self.profile.features}))
+        return np.asarray(self.step(batch).total_s, dtype=np.float64)
+
+    def memory_fit(
+        self,
+        *,
+        batch: int = 1,
+        context_len: int = 1,
+        gpu_memory_utilization: float = DEFAULT_GPU_MEMORY_UTILIZATION,
+        max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
+        search_tp: bool = True,
+    ) -> MemoryFit:
+        return memory_fit(
+            self.model,
+            self.device,
+            self.plan,
+            batch=batch,
+            context_len=context_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            max_batched_tokens=max_batched_tokens,
+            search_tp=search_tp,
+        )
+
+    def kv_capacity_tokens(self, max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS) -> int:
+        """KV tokens the instance caches; an error that says what to change if none fit."""
+        fit = self.memory_fit(max_batched_tokens=max_batched_tokens)
+        if fit.kv_capacity_tokens < 1:
+            raise InfeasibleError(
+                describe_shortfall(fit, self.model, self.device, self.plan.tp).replace(
+                    "needs", "weights need"
+                )
+                + "; no room for a KV cache"
+            )
+        return fit.kv_capacity_tokens
+
+    def with_plan(self, plan: ParallelPlan) -> Instance:
+        return Instance(self.model, self.device, plan, self.profile)
