@@ -23,6 +23,7 @@ from perfmodel.model import ModelSpec
 from perfmodel.plan import ParallelPlan
 from perfmodel.serving.goodput import Goodput, goodput, instances_needed
 from perfmodel.serving.service import service_rate
+from perfmodel.step.instance import Instance
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
 
@@ -87,7 +88,9 @@ def cheapest_change(
     for what, dev, p in _candidates(model, device, plan):
         try:
             model.check_tp(p.tp)
-            sr = service_rate(model, dev, p, workload, max_batched_tokens=max_batched_tokens)
+            sr = service_rate(
+                Instance(model, dev, p), workload, max_batched_tokens=max_batched_tokens
+            )
             gp = goodput(sr, slo)
         except PerfModelError:
             continue  # does not fit, lacks the dtype, ...
