@@ -101,7 +101,7 @@ RULES: dict[str, Rule] = {
     "adapter_levels": _r(1, 10_000, work_hi=64, why="grid levels of the cache MILP"),
     "rates": _r(2, 10_000, work_hi=256, why="rates per phase-diagram row"),
     "sim_rows": _r(0, 10_000, work_hi=64, why="simulated rows"),
-    "sim_requests": _r(1, 100_000_000, work_hi=1_000_000, why="requests per simulated cell"),
+    "sim_requests": _r(0, 100_000_000, work_hi=1_000_000, why="requests per simulated cell"),
     "max_gpus": _r(1, 1_000_000),
     "price_per_hour_usd": _r(0, 1_000_000.0, lo_open=True),
     "decode_price_per_hour_usd": _r(0, 1_000_000.0, lo_open=True),
