@@ -26,23 +26,6 @@ MOE_COLUMNS = (
 )  # fmt: skip
 
 
-#: Columns that name the dtype of a measured row: a profile is fitted to one of them.
-DTYPE_COLUMNS = ("gemm_dtype", "dtype", "kv_cache_dtype", "moe_dtype")
-
-
-def _one_dtype(meas: Any, path: str) -> None:
-    """Refuse a fit over rows of several dtypes (each has its own peak: mixing four dtypes
-    of one file fitted at 20.6 % error instead of 6.3 % for one)."""
-    for col in DTYPE_COLUMNS:
-        if col in meas.columns:
-            kinds = sorted({str(v) for v in meas.columns[col]})
-            if len(kinds) > 1:
-                raise SpecError(
-                    f"{path}: column {col} holds {len(kinds)} dtypes ({', '.join(kinds)}); a "
-                    f"profile is for one dtype: add --where {col}={kinds[0]}"
-                )
-
-
 def _where(items: list[str] | None) -> dict[str, str]:
     out: dict[str, str] = {}
     for it in items or []:
@@ -135,14 +118,14 @@ def fit_cmd(
 
     from hardware.device import load_device
     from hardware.fit import fit_profile, fit_steps
-    from hardware.measurements import read_measurements
+    from hardware.measurements import check_one_dtype, read_measurements
     from hardware.profile_io import profile_to_toml
 
     if pieces is not None and pieces < 1:
         raise fail(f"--pieces must be >= 1, got {pieces}")
     dev = load_device(hardware)
     meas = read_measurements(str(data), time_col=time_col, time_unit=time_unit, where=_where(where))
-    _one_dtype(meas, str(data))
+    check_one_dtype(meas)
     names, X = _features(meas, features)
     groups = None
     if group_cols:
