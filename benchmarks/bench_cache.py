@@ -8,18 +8,13 @@ from collections.abc import Callable
 import numpy as np
 
 from hardware.device import load_device
-from perfmodel.cache.hitrate import (
-    che_lru,
-    inclusion_probabilities,
-    irm_requests,
-    simulate_lru,
-    zipf_popularity,
-)
+from perfmodel.cache.hitrate import che_lru, inclusion_probabilities, irm_requests, simulate_lru
 from perfmodel.cache.serving import budget_context, evaluate_engine
 from perfmodel.model import load_model
 from perfmodel.moe.routing import expert_popularity
 from perfmodel.plan import ParallelPlan
 from perfmodel.units import GiB
+from perfmodel.workload.popularity import zipf_popularity
 from perfmodel.workload.presets import preset
 from perfmodel.workload.slo import SLO
 from solvers.cache.budget import (

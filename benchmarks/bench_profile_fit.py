@@ -24,8 +24,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from hardware.calibrate import calibrate_roofline  # noqa: E402
 from hardware.device import catalog_ids, load_device  # noqa: E402
-from hardware.fit import calibrate_roofline, fit_max_affine, fit_profile, group_folds, mdape_pct  # noqa: E402
+from hardware.fit import fit_max_affine, fit_profile, group_folds, mdape_pct  # noqa: E402
 from hardware.maxaffine import GEMM_FEATURES, MaxAffine, gemm_features  # noqa: E402
 from hardware.measurements import read_measurements  # noqa: E402
 from hardware.residual import build_surface  # noqa: E402

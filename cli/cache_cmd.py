@@ -1,4 +1,7 @@
-"""``perfmodel cache plan|curve``: split device memory among KV, expert cache and adapters."""
+"""``perfmodel cache plan``: split device memory among KV, expert cache and adapters.
+
+``--out FILE.html`` adds the figure (objective over the split grid, hit ratio vs size).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +11,14 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
+from cli.options import (
+    DEFAULT_MODEL,
+    DEFAULT_SLO_PERCENTILE,
+    DEFAULT_TPOT_SLO_MS,
+    DEFAULT_TTFT_SLO_MS,
+    ForceOpt,
+    SloPercentileOpt,
+)
 from perfmodel.units import MS_PER_S
 
 app = typer.Typer(
@@ -23,7 +34,7 @@ Trace = Annotated[Path | None, typer.Option(help="Trace CSV (overrides --workloa
 Rate = Annotated[float, typer.Option("--rate-per-s", help="Arrival rate (requests/s).")]
 Ttft = Annotated[float, typer.Option("--ttft-slo-ms", help="TTFT target (ms).")]
 Tpot = Annotated[float, typer.Option("--tpot-slo-ms", help="TPOT target (ms).")]
-Pct = Annotated[float, typer.Option(help="SLO percentile (0-1).")]
+Pct = SloPercentileOpt
 Goal = Annotated[float, typer.Option(help="Fraction of requests that must meet the SLO.")]
 Objective = Annotated[str, typer.Option(help="goodput (SLO goodput at the rate) | tpot.")]
 Budget = Annotated[
@@ -52,7 +63,38 @@ NvmeGbps = Annotated[
 Levels = Annotated[int, typer.Option(help="Grid levels for this pool.")]
 
 
-def _spec(**o: Any) -> Any:
+def _spec(
+    *,
+    model: Model,
+    hardware: Hardware,
+    tp: Tp,
+    workload: WorkloadOpt,
+    trace: Trace,
+    rate_per_s: Rate,
+    ttft_slo_ms: Ttft,
+    tpot_slo_ms: Tpot,
+    slo_percentile: Pct,
+    goal: Goal,
+    objective: Objective,
+    budget_gib: Budget,
+    max_batched_tokens: MaxTok,
+    offload_experts: Offload,
+    expert_cache_dtype: ExpDtype,
+    expert_zipf: ExpZipf,
+    expert_counts: ExpCounts,
+    expert_policy: ExpPolicy,
+    low_precision_dtype: LowDtype,
+    low_fraction: LowFrac,
+    prefetched: Prefetch,
+    adapters: Adapters,
+    adapter_rank: Rank,
+    adapter_zipf: AdZipf,
+    adapter_source: AdSource,
+    nvme_gb_per_s: NvmeGbps,
+    kv_levels: Levels,
+    expert_levels: Levels,
+    adapter_levels: Levels,
+) -> Any:
     from hardware.device import load_device
     from perfmodel.cache.hitrate import activation_from_counts
     from perfmodel.cache.paging import SOURCES, nvme_link
@@ -65,48 +107,48 @@ def _spec(**o: Any) -> Any:
     from perfmodel.workload.trace import load_trace
     from solvers.cache.budget import CacheBudgetSpec, popularity_activation
 
-    for name in ("tp", "max_batched_tokens", "kv_levels", "expert_levels", "adapter_levels"):
-        if o[name] < 1:
-            raise fail(f"--{name.replace('_', '-')} must be a positive integer, got {o[name]}")
-    if o["adapter_source"] not in SOURCES:
+    counts = {"tp": tp, "max_batched_tokens": max_batched_tokens, "kv_levels": kv_levels,
+              "expert_levels": expert_levels, "adapter_levels": adapter_levels}  # fmt: skip
+    for name, v in counts.items():
+        if v < 1:
+            raise fail(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
+    if adapter_source not in SOURCES:
         raise fail(f"--adapter-source must be one of {', '.join(SOURCES)}")
-    m = load_model(o["model"])
-    d = load_device(o["hardware"])
-    wl = Workload.from_trace(load_trace(o["trace"])) if o["trace"] else preset(o["workload"])
+    m = load_model(model)
+    d = load_device(hardware)
+    wl = Workload.from_trace(load_trace(trace)) if trace else preset(workload)
     act = None
-    if o["offload_experts"] and m.moe is not None:
-        if o["expert_counts"]:
-            rec = load_counts_csv(
-                o["expert_counts"], num_experts=m.moe.num_experts, top_k=m.moe.top_k
-            )
+    if offload_experts and m.moe is not None:
+        if expert_counts:
+            rec = load_counts_csv(expert_counts, num_experts=m.moe.num_experts, top_k=m.moe.top_k)
             act = activation_from_counts(rec.counts, rec.tokens)
         else:
-            act = popularity_activation(m, o["expert_zipf"])
+            act = popularity_activation(m, expert_zipf)
     return CacheBudgetSpec(
         model=m,
         device=d,
-        plan=ParallelPlan(tp=o["tp"]),
+        plan=ParallelPlan(tp=tp),
         workload=wl,
-        rate_per_s=o["rate_per_s"],
-        slo=SLO(from_ms(o["ttft_slo_ms"]), from_ms(o["tpot_slo_ms"]), o["percentile"], o["goal"]),
-        objective=o["objective"],
-        max_batched_tokens=o["max_batched_tokens"],
-        budget_bytes=None if o["budget_gib"] is None else o["budget_gib"] * GiB,
-        offload_experts=o["offload_experts"],
-        expert_cache_dtype=o["expert_cache_dtype"],
+        rate_per_s=rate_per_s,
+        slo=SLO(from_ms(ttft_slo_ms), from_ms(tpot_slo_ms), slo_percentile, goal),
+        objective=objective,
+        max_batched_tokens=max_batched_tokens,
+        budget_bytes=None if budget_gib is None else budget_gib * GiB,
+        offload_experts=offload_experts,
+        expert_cache_dtype=expert_cache_dtype,
         expert_activation=act,
-        expert_policy=o["expert_policy"],
-        low_precision_dtype=o["low_precision_dtype"],
-        low_fraction=o["low_fraction"],
-        prefetched=o["prefetched"],
-        adapters=o["adapters"],
-        adapter_rank=o["adapter_rank"],
-        adapter_zipf=o["adapter_zipf"],
-        adapter_source=o["adapter_source"],
-        nvme=nvme_link(o["nvme_gb_per_s"] * GIGA),
-        kv_levels=o["kv_levels"],
-        expert_levels=o["expert_levels"],
-        adapter_levels=o["adapter_levels"],
+        expert_policy=expert_policy,
+        low_precision_dtype=low_precision_dtype,
+        low_fraction=low_fraction,
+        prefetched=prefetched,
+        adapters=adapters,
+        adapter_rank=adapter_rank,
+        adapter_zipf=adapter_zipf,
+        adapter_source=adapter_source,
+        nvme=nvme_link(nvme_gb_per_s * GIGA),
+        kv_levels=kv_levels,
+        expert_levels=expert_levels,
+        adapter_levels=adapter_levels,
     )
 
 
@@ -162,15 +204,15 @@ def plan_dict(plan: Any) -> dict[str, Any]:
 @app.command("plan")
 @handle_errors
 def plan_cmd(
-    model: Model = "mixtral-8x7b",
+    model: Model = DEFAULT_MODEL,
     hardware: Hardware = "h100-sxm",
     tp: Tp = 1,
     workload: WorkloadOpt = "chat",
     trace: Trace = None,
     rate_per_s: Rate = 1.0,
-    ttft_slo_ms: Ttft = 2000.0,
-    tpot_slo_ms: Tpot = 100.0,
-    percentile: Pct = 0.9,
+    ttft_slo_ms: Ttft = DEFAULT_TTFT_SLO_MS,
+    tpot_slo_ms: Tpot = DEFAULT_TPOT_SLO_MS,
+    slo_percentile: Pct = DEFAULT_SLO_PERCENTILE,
     goal: Goal = 0.9,
     objective: Objective = "goodput",
     budget_gib: Budget = None,
@@ -191,15 +233,73 @@ def plan_cmd(
     kv_levels: Levels = 6,
     expert_levels: Levels = 5,
     adapter_levels: Levels = 5,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Also write the figure: objective over the split grid and hit "
+            "ratio vs cache size (self-contained HTML)."
+        ),
+    ] = None,
+    force: ForceOpt = False,
     json_out: bool = JsonOpt,
 ) -> None:
     """Choose the KV / expert-cache / adapter split that serves the rate best."""
-    spec = _spec(**locals())
+    if out is not None and out.exists() and not force:
+        raise fail(f"{out} exists; pass --force to overwrite it")
+    spec = _spec(
+        model=model,
+        hardware=hardware,
+        tp=tp,
+        workload=workload,
+        trace=trace,
+        rate_per_s=rate_per_s,
+        ttft_slo_ms=ttft_slo_ms,
+        tpot_slo_ms=tpot_slo_ms,
+        slo_percentile=slo_percentile,
+        goal=goal,
+        objective=objective,
+        budget_gib=budget_gib,
+        max_batched_tokens=max_batched_tokens,
+        offload_experts=offload_experts,
+        expert_cache_dtype=expert_cache_dtype,
+        expert_zipf=expert_zipf,
+        expert_counts=expert_counts,
+        expert_policy=expert_policy,
+        low_precision_dtype=low_precision_dtype,
+        low_fraction=low_fraction,
+        prefetched=prefetched,
+        adapters=adapters,
+        adapter_rank=adapter_rank,
+        adapter_zipf=adapter_zipf,
+        adapter_source=adapter_source,
+        nvme_gb_per_s=nvme_gb_per_s,
+        kv_levels=kv_levels,
+        expert_levels=expert_levels,
+        adapter_levels=adapter_levels,
+    )
     plan = _plan(spec)
     d = plan_dict(plan)
+    if out is not None:
+        from reports.cache_plot import cache_figure, figure_html
+
+        curves = _hit_curves(spec)
+        slo = spec.slo
+        title = (
+            f"Cache budget: {spec.model.id} on {spec.plan.tp}x {spec.device.id}, "
+            f"{spec.workload.name} at {spec.rate_per_s:g} req/s (p{slo.percentile * 100:g} "
+            f"TTFT ≤ {slo.ttft_s * MS_PER_S:g} ms, TPOT ≤ {slo.tpot_s * MS_PER_S:g} ms)"
+        )
+        fig = cache_figure(plan, curves, title=title, rate_per_s=spec.rate_per_s)
+        write_atomic(out, figure_html(fig), force=force)
+        d["out"] = str(out)
+        d["hit_curves"] = [
+            {"name": c.label, "cache_size": c.sizes, "hit_ratio": c.hit_ratio} for c in curves
+        ]
     if json_out:
         echo_json(d)
         return
+    if out is not None:
+        typer.echo(f"wrote {out}")
     head = f"{spec.model.id} on {spec.plan.tp}x {spec.device.id}, {spec.workload.name} at "
     typer.echo(head + f"{spec.rate_per_s:g} req/s")
     if not plan.feasible:
@@ -218,7 +318,7 @@ def plan_cmd(
     )
     typer.echo(f"  {plan.explanation}")
     typer.echo(
-        f"  TPOT mean {a['tpot_mean_ms']:.1f} ms, p{percentile * 100:g} TTFT "
+        f"  TPOT mean {a['tpot_mean_ms']:.1f} ms, p{slo_percentile * 100:g} TTFT "
         f"{a['ttft_quantile_ms']:.0f} ms, SLO attainment {a['slo_attainment']:.1%}"
     )
     typer.echo(f"  binding resource: {plan.binding_resource}")
@@ -227,74 +327,6 @@ def plan_cmd(
         for k in plan.marginal_per_gib
     ]
     typer.echo(table(rows, ["pool", f"Δ{objective} per GiB", "Δμ req/s per GiB"]))
-
-
-@app.command("curve")
-@handle_errors
-def curve_cmd(
-    out: Annotated[Path, typer.Option(help="Output HTML file.")],
-    force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
-    model: Model = "mixtral-8x7b",
-    hardware: Hardware = "h100-sxm",
-    tp: Tp = 1,
-    workload: WorkloadOpt = "chat",
-    trace: Trace = None,
-    rate_per_s: Rate = 1.0,
-    ttft_slo_ms: Ttft = 2000.0,
-    tpot_slo_ms: Tpot = 100.0,
-    percentile: Pct = 0.9,
-    goal: Goal = 0.9,
-    objective: Objective = "goodput",
-    budget_gib: Budget = None,
-    max_batched_tokens: MaxTok = 8192,
-    offload_experts: Offload = False,
-    expert_cache_dtype: ExpDtype = "bf16",
-    expert_zipf: ExpZipf = 1.0,
-    expert_counts: ExpCounts = None,
-    expert_policy: ExpPolicy = "lru",
-    low_precision_dtype: LowDtype = None,
-    low_fraction: LowFrac = 0.0,
-    prefetched: Prefetch = 0.0,
-    adapters: Adapters = 0,
-    adapter_rank: Rank = 16,
-    adapter_zipf: AdZipf = 1.0,
-    adapter_source: AdSource = "host",
-    nvme_gb_per_s: NvmeGbps = 7.0,
-    kv_levels: Levels = 6,
-    expert_levels: Levels = 5,
-    adapter_levels: Levels = 5,
-    json_out: bool = JsonOpt,
-) -> None:
-    """Write goodput/TPOT over the split grid and hit ratio vs cache size as HTML."""
-    if out.exists() and not force:
-        raise fail(f"{out} exists; pass --force to overwrite it")
-    o = dict(locals())
-    del o["out"], o["force"], o["json_out"]
-    spec = _spec(**o)
-    plan = _plan(spec)
-    curves = _hit_curves(spec)
-    from reports.cache_plot import cache_figure, figure_html
-
-    title = (
-        f"Cache budget: {model} on {tp}x {hardware}, {workload if trace is None else trace.name}"
-        f" at {rate_per_s:g} req/s (p{percentile * 100:g} TTFT ≤ {ttft_slo_ms:g} ms, "
-        f"TPOT ≤ {tpot_slo_ms:g} ms)"
-    )
-    fig = cache_figure(plan, curves, title=title, rate_per_s=rate_per_s)
-    write_atomic(out, figure_html(fig), force=force)
-    if json_out:
-        echo_json(
-            {
-                "out": str(out),
-                "plan": plan_dict(plan),
-                "hit_curves": [
-                    {"name": c.label, "cache_size": c.sizes, "hit_ratio": c.hit_ratio}
-                    for c in curves
-                ],
-            }
-        )
-        return
-    typer.echo(f"wrote {out}")
 
 
 def _hit_curves(spec: Any) -> list[Any]:
@@ -321,7 +353,7 @@ def _hit_curves(spec: Any) -> list[Any]:
             )
         )
     if spec.adapters:
-        from perfmodel.cache.hitrate import zipf_popularity
+        from perfmodel.workload.popularity import zipf_popularity
 
         p = zipf_popularity(spec.adapters, spec.adapter_zipf)
         sizes = np.unique(np.geomspace(1, spec.adapters, 30).round())

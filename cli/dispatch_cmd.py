@@ -91,7 +91,9 @@ def solve_cmd(
     gpus: Annotated[int, typer.Option(help="GPUs in the expert-parallel group.")] = 8,
     replicas: Annotated[int, typer.Option(help="Replicas of every expert (round-robin).")] = 2,
     hardware: Annotated[str, typer.Option(help="Device id or TOML path.")] = DEFAULT_HARDWARE,
-    model: Annotated[str, typer.Option(help="MoE model id (expert shape, expert count).")] = "",
+    model: Annotated[
+        str | None, typer.Option(help="MoE model id (expert shape, expert count).")
+    ] = None,
     counts: Annotated[
         Path | None, typer.Option(help="CSV of recorded counts (step,layer,e0,...).")
     ] = None,

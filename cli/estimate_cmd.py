@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
+from cli.options import DEFAULT_HARDWARE, DEFAULT_MODEL
 from hardware.device import load_device
 from perfmodel.estimate import Estimate, estimate
 from perfmodel.memory import describe_shortfall
@@ -15,9 +16,6 @@ from perfmodel.plan import ParallelPlan
 from perfmodel.step.instance import Instance
 from perfmodel.step.time import StepTime
 from perfmodel.units import GiB, ms
-
-DEFAULT_MODEL = "llama-3.1-70b"
-DEFAULT_HARDWARE = "h100-sxm"
 
 
 def _breakdown(step: StepTime) -> list[dict[str, object]]:
@@ -85,7 +83,7 @@ def _positive(name: str, v: int) -> None:
 def estimate_cmd(
     model: Annotated[str, typer.Option(help="Model id or config.json path.")] = DEFAULT_MODEL,
     hardware: Annotated[str, typer.Option(help="Device id or TOML path.")] = DEFAULT_HARDWARE,
-    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 8,
+    tp: Annotated[int, typer.Option(help="Tensor-parallel degree.")] = 1,
     pp: Annotated[
         int, typer.Option(help="Pipeline-parallel stages (devices = tp x pp; 1 = none).")
     ] = 1,

@@ -8,6 +8,14 @@ from typing import Annotated, Any
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
+from cli.options import (
+    DEFAULT_MODEL,
+    DEFAULT_SLO_PERCENTILE,
+    DEFAULT_TPOT_SLO_MS,
+    DEFAULT_TTFT_SLO_MS,
+    DEFAULT_WORKLOAD,
+    SloPercentileOpt,
+)
 from perfmodel.units import MS_PER_S
 
 app = typer.Typer(
@@ -20,13 +28,15 @@ HwOpt = Annotated[str, typer.Option(help="Device id or TOML path (prefill, and d
 DecHwOpt = Annotated[
     str | None, typer.Option(help="Device for decode instances (default: --hardware).")
 ]
-WorkloadOpt = Annotated[str | None, typer.Option(help="Built-in workload: chat, code or sharegpt.")]
+WorkloadOpt = Annotated[
+    str, typer.Option(help="Built-in workload: chat, code or sharegpt (--trace overrides it).")
+]
 TraceOpt = Annotated[
     Path | None, typer.Option(help="Trace CSV (Azure or input_tokens,output_tokens).")
 ]
 TtftOpt = Annotated[float, typer.Option(help="TTFT target, ms.")]
 TpotOpt = Annotated[float, typer.Option(help="TPOT target, ms.")]
-PctOpt = Annotated[float, typer.Option(help="SLO percentile (both TTFT and TPOT).")]
+PctOpt = SloPercentileOpt
 DtypeOpt = Annotated[str, typer.Option(help="Weight/math dtype (bf16, fp16, fp8).")]
 KvOpt = Annotated[str, typer.Option(help="KV link: auto, scale-up or scale-out.")]
 PrefillProfOpt = Annotated[
@@ -55,16 +65,13 @@ KvCapOpt = Annotated[
 ]
 
 
-def _workload(workload: str | None, trace: Path | None) -> Any:
+def _workload(workload: str, trace: Path | None) -> Any:
     from perfmodel.pd.models import planner_lengths
     from perfmodel.workload.presets import Workload
     from perfmodel.workload.trace import load_trace
 
-    if (workload is None) == (trace is None):
-        raise fail("give exactly one of --workload (chat, code, sharegpt) or --trace CSV")
     if trace is not None:
         return Workload.from_trace(load_trace(trace))
-    assert workload is not None
     return Workload(workload, planner_lengths(workload))
 
 
@@ -168,15 +175,15 @@ def _plan_text(p: Any) -> str:
 @app.command("plan")
 @handle_errors
 def plan_cmd(
-    model: ModelOpt = "llama-3.1-70b",
+    model: ModelOpt = DEFAULT_MODEL,
     hardware: HwOpt = "h100-sxm",
     decode_hardware: DecHwOpt = None,
-    workload: WorkloadOpt = None,
+    workload: WorkloadOpt = DEFAULT_WORKLOAD,
     trace: TraceOpt = None,
     rate_per_s: Annotated[float, typer.Option(help="Arrival rate, requests/s.")] = 10.0,
-    ttft_slo_ms: TtftOpt = 1000.0,
-    tpot_slo_ms: TpotOpt = 50.0,
-    percentile: PctOpt = 0.9,
+    ttft_slo_ms: TtftOpt = DEFAULT_TTFT_SLO_MS,
+    tpot_slo_ms: TpotOpt = DEFAULT_TPOT_SLO_MS,
+    slo_percentile: PctOpt = DEFAULT_SLO_PERCENTILE,
     max_gpus: Annotated[int | None, typer.Option(help="Most GPUs the plan may use.")] = None,
     price_per_hour_usd: Annotated[
         float | None, typer.Option(help="Price of a --hardware GPU; minimize $/h instead.")
@@ -198,7 +205,7 @@ def plan_cmd(
     from solvers.pd.plan import plan_pd
 
     w = _workload(workload, trace)
-    slo = _slo(ttft_slo_ms, tpot_slo_ms, percentile)
+    slo = _slo(ttft_slo_ms, tpot_slo_ms, slo_percentile)
     m = load_model(model)
     pdev = load_device(hardware)
     ddev = load_device(decode_hardware) if decode_hardware else pdev
@@ -259,14 +266,14 @@ def _floats(text: str, name: str, scale: float = 1.0) -> list[float]:
 @handle_errors
 def phase_cmd(
     out: Annotated[Path, typer.Option(help="Output HTML file.")],
-    model: ModelOpt = "llama-3.1-70b",
+    model: ModelOpt = DEFAULT_MODEL,
     hardware: HwOpt = "h100-sxm",
     decode_hardware: DecHwOpt = None,
-    workload: WorkloadOpt = None,
+    workload: WorkloadOpt = DEFAULT_WORKLOAD,
     trace: TraceOpt = None,
-    ttft_slo_ms: TtftOpt = 1000.0,
-    tpot_slo_ms: TpotOpt = 50.0,
-    percentile: PctOpt = 0.9,
+    ttft_slo_ms: TtftOpt = DEFAULT_TTFT_SLO_MS,
+    tpot_slo_ms: TpotOpt = DEFAULT_TPOT_SLO_MS,
+    slo_percentile: PctOpt = DEFAULT_SLO_PERCENTILE,
     inputs: Annotated[str, typer.Option(help="Input lengths (tokens), comma-separated.")] = (
         "128,512,2048,8192"
     ),
@@ -288,7 +295,7 @@ def phase_cmd(
     if out.exists() and not force:
         raise fail(f"{out} exists; pass --force to overwrite it")
     w = _workload(workload, trace)
-    slo = _slo(ttft_slo_ms, tpot_slo_ms, percentile)
+    slo = _slo(ttft_slo_ms, tpot_slo_ms, slo_percentile)
     ins = [int(v) for v in _floats(inputs, "--inputs")]
     outs = [int(v) for v in _floats(outputs, "--outputs")]
     scales = _floats(slo_scales, "--slo-scales")
@@ -314,7 +321,7 @@ def phase_cmd(
             w,
             ttft_s=[slo.ttft_s * k for k in scales],
             tpot_s=[slo.tpot_s * k for k in scales],
-            percentile=percentile,
+            percentile=slo_percentile,
             decode_devices=ddev,
             dtype=dtype,
             kv_dtype=dtype,

@@ -7,22 +7,35 @@ from typing import Annotated
 
 import typer
 
-from cli.capacity_cmd import (
-    DEFAULT_HARDWARE,
-    DEFAULT_MODEL,
-    BudgetOpt,
-    ChunkOpt,
-    CvOpt,
-    HwOpt,
-    KvOpt,
-    ModelOpt,
-    TpOpt,
-    TraceOpt,
-    WlOpt,
-    _setup,
-)
 from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
-from perfmodel.units import from_ms
+from cli.options import (
+    DEFAULT_GOAL,
+    DEFAULT_HARDWARE,
+    DEFAULT_MAX_BATCHED_TOKENS,
+    DEFAULT_MODEL,
+    DEFAULT_SLO_PERCENTILE,
+    DEFAULT_TPOT_SLO_MS,
+    DEFAULT_TTFT_SLO_MS,
+    DEFAULT_WORKLOAD,
+    ArrivalCvOpt,
+    ChunkSizeOpt,
+    ForceOpt,
+    GoalOpt,
+    HardwareOpt,
+    KvCapacityOpt,
+    MaxBatchedTokensOpt,
+    ModelOpt,
+    SeedOpt,
+    SloPercentileOpt,
+    TpOpt,
+    TpotSloOpt,
+    TraceOpt,
+    TtftSloOpt,
+    WorkloadOpt,
+    build_instance,
+    build_slo,
+    build_workload,
+)
 
 app = typer.Typer(help="Phase diagrams: where the system is stable.", no_args_is_help=True)
 
@@ -44,18 +57,18 @@ def _numbers(text: str | None, flag: str) -> list[float] | None:
 def stability_cmd(
     out: Annotated[Path, typer.Option(help="Output HTML file (self-contained).")],
     model: ModelOpt = DEFAULT_MODEL,
-    hardware: HwOpt = DEFAULT_HARDWARE,
+    hardware: HardwareOpt = DEFAULT_HARDWARE,
     tp: TpOpt = 1,
-    workload: WlOpt = "chat",
+    workload: WorkloadOpt = DEFAULT_WORKLOAD,
     trace: TraceOpt = None,
-    arrival_cv: CvOpt = 1.0,
-    ttft_slo_ms: Annotated[float, typer.Option(help="TTFT target, ms.")] = 500.0,
-    tpot_slo_ms: Annotated[float, typer.Option(help="TPOT target, ms.")] = 50.0,
-    slo_percentile: Annotated[float, typer.Option(help="Percentile the targets apply to.")] = 0.9,
-    goal: Annotated[float, typer.Option(help="Fraction of requests that must meet both.")] = 0.9,
-    kv_capacity_tokens: KvOpt = None,
-    max_batched_tokens: BudgetOpt = 8192,
-    chunk_size: ChunkOpt = None,
+    arrival_cv: ArrivalCvOpt = 1.0,
+    ttft_slo_ms: TtftSloOpt = DEFAULT_TTFT_SLO_MS,
+    tpot_slo_ms: TpotSloOpt = DEFAULT_TPOT_SLO_MS,
+    slo_percentile: SloPercentileOpt = DEFAULT_SLO_PERCENTILE,
+    goal: GoalOpt = DEFAULT_GOAL,
+    kv_capacity_tokens: KvCapacityOpt = None,
+    max_batched_tokens: MaxBatchedTokensOpt = DEFAULT_MAX_BATCHED_TOKENS,
+    chunk_size: ChunkSizeOpt = None,
     output_tokens: Annotated[
         str | None,
         typer.Option(help="Mean output lengths of the first panel (default: 0.25..4 × E[o])."),
@@ -69,17 +82,16 @@ def stability_cmd(
     sim_requests: Annotated[
         int, typer.Option(help="Requests per simulated point (0: no simulation).")
     ] = 2000,
-    seed: Annotated[int, typer.Option(help="Random seed of the simulations.")] = 0,
-    force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
+    seed: SeedOpt = 0,
+    force: ForceOpt = False,
     json_out: bool = JsonOpt,
 ) -> None:
     """Arrival rate × mean output length and × KV capacity: regimes, boundary, simulation."""
-    from perfmodel.workload.slo import SLO
-    from reports.stability_plot import (
+    from reports.stability_plot import stability_html
+    from reports.stability_sweep import (
         DEFAULT_KV_POINTS,
         DEFAULT_OUTPUT_SCALES,
         DEFAULT_SIM_LOADS,
-        stability_html,
         stability_phase,
         sweep_steps,
     )
@@ -97,8 +109,10 @@ def stability_cmd(
             raise fail(f"{flag} must be a positive number of milliseconds, got {v}")
     outs = _numbers(output_tokens, "--output-tokens")
     kvs = _numbers(kv_grid_tokens, "--kv-grid-tokens")
-    slo = SLO(from_ms(ttft_slo_ms), from_ms(tpot_slo_ms), slo_percentile, goal)
-    m, d, plan, w = _setup(model, hardware, tp, workload, trace, arrival_cv)
+    slo = build_slo(ttft_slo_ms, tpot_slo_ms, slo_percentile, goal)
+    inst = build_instance(model, hardware, tp)
+    m, d, plan = inst.model, inst.device, inst.plan
+    w = build_workload(workload, trace, arrival_cv)
     steps = sweep_steps(
         output_rows=len(outs) if outs else len(DEFAULT_OUTPUT_SCALES),
         kv_rows=len(kvs) if kvs else DEFAULT_KV_POINTS,

@@ -311,11 +311,12 @@ def scale_up_domain_size(device: Device) -> int:
     return su.peers + 1 if su.topology != "none" and su.bw_per_direction_bytes_per_s > 0 else 1
 
 
-def link_for_group(device: Device, group: int) -> Link:
-    """The link a tensor-parallel group of ``group`` devices talks over.
+def link_for_group(device: Device, group: int, *, node_size: int | None = None) -> Link:
+    """The link a group of ``group`` devices (TP, EP, a KV transfer) talks over.
 
     * within one multi-die package (MI250X: 2 dies) -> the die-to-die link;
-    * within the scale-up domain -> the scale-up link (NVLink, xGMI, HCCS, ICI);
+    * within the scale-up domain (``node_size`` devices, default the scale-up link's
+      peers + 1) -> the scale-up link (NVLink, xGMI, HCCS, ICI);
     * otherwise (no scale-up link, or a larger group) -> the scale-out NIC, or host PCIe
       when the device has no NIC.
     """
@@ -328,6 +329,7 @@ def link_for_group(device: Device, group: int) -> Link:
             peers=device.dies_per_package - 1,
         )
     su = device.scale_up
-    if su.topology != "none" and su.bw_per_direction_bytes_per_s > 0 and group - 1 <= su.peers:
+    in_node = group <= (su.peers + 1 if node_size is None else node_size)
+    if su.topology != "none" and su.bw_per_direction_bytes_per_s > 0 and in_node:
         return su
     return device.scale_out if device.scale_out is not None else device.host_link

@@ -34,8 +34,7 @@ from hardware.residual import DEFAULT_NEIGHBOURS, build_surface
 from perfmodel.errors import SpecError
 
 if TYPE_CHECKING:
-    from hardware.device import Device
-    from hardware.roofline import Roofline
+    pass
 
 
 Arr = NDArray[np.float64]
@@ -277,6 +276,23 @@ def fit_steps(
         return max_pieces * folds + 1
     return 1 + (folds if residual and not holdout else 0)
 
+def _residual_cv(
+    fits: list[tuple[NDArray[np.intp], MaxAffine]], Xa: Arr, ya: Arr,
+    train: NDArray[np.intp], neighbours: int,
+) -> tuple[float, float] | None:  # fmt: skip
+    """Cross-validated (pure, with-surface) MdAPE: each fold's surface from the other folds."""
+    pure_errs, res_errs = [], []
+    for te, p in fits:
+        tr = np.setdiff1d(train, te)
+        s_f = build_surface(Xa[tr], ya[tr], p(Xa[tr]), neighbours=neighbours)
+        pt = p(Xa[te])
+        pure_errs.append(mdape_pct(pt, ya[te]))
+        res_errs.append(mdape_pct(pt * np.exp(s_f.log_correction(Xa[te])), ya[te]))
+    if not res_errs:
+        return None
+    return float(np.mean(pure_errs)), float(np.mean(res_errs))
+
+
 
 def fit_profile(
     X: ArrayLike,
@@ -361,16 +377,10 @@ def fit_profile(
         # Cross-validated like the pieces: each fold's surface is built from the rows (and
         # the pieces) of the other folds only, and compared with those pieces alone.
         fits = fold_fits[pieces] if pieces in fold_fits else cv_fits(pieces)
-        pure_errs, res_errs = [], []
-        for te, p in fits:
-            tr = np.setdiff1d(train, te)
-            s_f = build_surface(Xa[tr], ya[tr], p(Xa[tr]), neighbours=neighbours)
-            pt = p(Xa[te])
-            pure_errs.append(mdape_pct(pt, ya[te]))
-            res_errs.append(mdape_pct(pt * np.exp(s_f.log_correction(Xa[te])), ya[te]))
-        if res_errs:
-            res_held = float(np.mean(res_errs))
-            cv.setdefault(pieces, float(np.mean(pure_errs)))
+        errs = _residual_cv(fits, Xa, ya, train, neighbours)
+        if errs is not None:
+            res_held = errs[1]
+            cv.setdefault(pieces, errs[0])
     if residual:
         surf = build_surface(Xa[train], ya[train], prof(Xa[train]), neighbours=neighbours)
         prof = prof.with_residual(surf)
@@ -407,40 +417,4 @@ def fit_profile(
         rows=n,
         groups=len(np.unique(g)),
         seed=seed,
-    )
-
-
-def calibrate_roofline(
-    device: Device, flops: ArrayLike, bytes_: ArrayLike, y: ArrayLike, *, dtype: str = "bf16"
-) -> Roofline:
-    """The roofline with efficiencies and overhead fitted to measured times.
-
-    Minimizes the soft-L1 relative error of ``max(flops/(e_c·peak), bytes/(e_m·BW)) + ov``
-    over ``e_c, e_m ∈ (0, 1]``, ``ov ≥ 0``. Used as the baseline a max-affine profile must
-    beat.
-    """
-    from scipy.optimize import least_squares
-
-    from hardware.roofline import Roofline
-
-    f = np.asarray(flops, dtype=np.float64)
-    b = np.asarray(bytes_, dtype=np.float64)
-    t = np.asarray(y, dtype=np.float64)
-    ideal = Roofline(device, eff_compute=1.0, eff_memory=1.0, overhead_s=0.0).times(
-        f, b, dtype=dtype
-    )
-    fs, bs, ts = ideal.compute_s, ideal.memory_s, float(np.median(t))
-
-    def res(p: Arr) -> Arr:
-        return (np.maximum(fs * p[0], bs * p[1]) + ts * p[2]) / t - 1.0
-
-    r = least_squares(
-        res, np.array([1.25, 1.25, 0.1]), bounds=([1.0, 1.0, 0.0], [1e3, 1e3, 1e3]),
-        loss="soft_l1", f_scale=0.02,
-    )  # fmt: skip
-    return Roofline(
-        device,
-        eff_compute=float(1.0 / r.x[0]),
-        eff_memory=float(1.0 / r.x[1]),
-        overhead_s=float(ts * r.x[2]),
     )

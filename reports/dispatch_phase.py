@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from hardware.device import Device
 from hardware.maxaffine import MaxAffine
@@ -112,6 +113,25 @@ def _regime(comm_share: float, hot_share: float) -> str:
     return "mixed"
 
 
+def _mean_blocks(
+    counts: NDArray[np.int64], pl: Placement, prof: MaxAffine, tile_rows: int, n_star: float
+) -> tuple[dict[str, float], float, float]:
+    """Mean expert-block makespan per proxy and of the heuristic over the load samples,
+    and the mean share of activated experts past the crossover ``n*``."""
+    blocks: dict[str, list[float]] = {m: [] for m in (*PROXIES, "heuristic")}
+    hot = []
+    for c in counts:
+        prob = DispatchProblem(c.astype(np.float64), pl, prof, tile_rows)
+        res = {m: dispatch(prob, m) for m in PROXIES}
+        res["heuristic"] = dispatch_heuristic(prob)
+        for m in blocks:
+            blocks[m].append(res[m].makespan_s)
+        act = c[c > 0]
+        hot.append(float(np.mean(act >= n_star)) if len(act) else 0.0)
+    pb = {m: float(np.mean(blocks[m])) for m in PROXIES}
+    return pb, float(np.mean(blocks["heuristic"])), float(np.mean(hot))
+
+
 def phase_diagram(
     model: ModelSpec,
     device: Device,
@@ -184,23 +204,11 @@ def phase_diagram(
                 gpus_per_node=gpus_per_node,
             )
             counts = sample_counts(pop, tpg * num_gpus, k, layers=samples, seed=rng)
-            blocks: dict[str, list[float]] = {m: [] for m in (*PROXIES, "heuristic")}
-            hot = []
-            for c in counts:
-                prob = DispatchProblem(c.astype(np.float64), pl, prof, tile_rows)
-                res = {m: dispatch(prob, m) for m in PROXIES}
-                res["heuristic"] = dispatch_heuristic(prob)
-                for m in blocks:
-                    blocks[m].append(res[m].makespan_s)
-                act = c[c > 0]
-                hot.append(float(np.mean(act >= n_star)) if len(act) else 0.0)
-            pb = {m: float(np.mean(blocks[m])) for m in PROXIES}
+            pb, hb, hot_share = _mean_blocks(counts, pl, prof, tile_rows, n_star)
             best = min(pb, key=lambda m: pb[m])
-            hb = float(np.mean(blocks["heuristic"]))
             base = comm.total_s + shared_s
             lay_p, lay_h = pb[best] + base, hb + base
             share = comm.total_s / lay_h
-            hot_share = float(np.mean(hot))
             cells.append(
                 PhaseCell(
                     tokens_per_gpu=int(tpg),

@@ -70,16 +70,6 @@ def _capacity(capacity: float, n: int) -> float:
     return float(capacity)
 
 
-def zipf_popularity(n: int, exponent: float) -> Arr:
-    """``p_r = r^{−s} / Σ_j j^{−s}`` for ranks ``r = 1..n`` (most popular first)."""
-    if not (isinstance(n, int | np.integer) and n >= 1):
-        raise SpecError(f"catalog size must be a positive integer, got {n!r}")
-    if not (np.isfinite(exponent) and exponent >= 0):
-        raise SpecError(f"Zipf exponent must be >= 0, got {exponent}")
-    p = np.arange(1, n + 1, dtype=np.float64) ** (-float(exponent))
-    return p / p.sum()
-
-
 def step_activation(activation: ArrayLike, tokens: float) -> Arr:
     """``a_i = 1 − (1 − π_i)^B``: probability a step of ``B`` tokens uses expert ``i``."""
     pi = np.minimum(np.asarray(activation, dtype=np.float64), 1.0)

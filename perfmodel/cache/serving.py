@@ -38,7 +38,7 @@ from perfmodel.cache.footprint import (
     lora_adapter_bytes,
     weight_footprint,
 )
-from perfmodel.cache.hitrate import inclusion_probabilities, zipf_popularity
+from perfmodel.cache.hitrate import inclusion_probabilities
 from perfmodel.cache.offload import OffloadLatency, offload_latency, slowed_service_rate
 from perfmodel.cache.paging import OffloadedExperts, adapter_paging, expert_fetch, fetch_time_s
 from perfmodel.errors import InfeasibleError, SpecError
@@ -54,6 +54,7 @@ from perfmodel.serving.service import ServiceRate, service_rate, stability
 from perfmodel.step.instance import Instance
 from perfmodel.units import GiB
 from perfmodel.workload.arrivals import check_rate
+from perfmodel.workload.popularity import zipf_popularity
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
 

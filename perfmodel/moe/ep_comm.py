@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hardware.comm import collective_time_s
+from hardware.comm import collective_time_s, link_for_group
 from hardware.device import Device, Link
 from perfmodel.errors import SpecError
 
@@ -35,11 +35,14 @@ class EpComm:
 
 
 def ep_link(device: Device, num_gpus: int, gpus_per_node: int) -> tuple[Link, str]:
-    """Scale-up link when the EP group fits in one node, else the scale-out NIC."""
+    """The EP group's link (:func:`hardware.comm.link_for_group` with ``gpus_per_node``)."""
+    link = link_for_group(device, num_gpus, node_size=gpus_per_node)
+    if link is device.scale_up:
+        return link, "scale-up"
+    if num_gpus <= min(gpus_per_node, device.dies_per_package) and link.name == "die-to-die":
+        return link, "die-to-die"
     if num_gpus <= gpus_per_node:
-        if device.scale_up.topology == "none":
-            raise SpecError(f"{device.id} has no scale-up link for EP inside a node")
-        return device.scale_up, "scale-up"
+        raise SpecError(f"{device.id} has no scale-up link for EP inside a node")
     if device.scale_out is None:
         raise SpecError(
             f"{device.id} has no scale-out link; EP across nodes needs one (use --gpus "

@@ -31,6 +31,7 @@ from numpy.typing import NDArray
 from perfmodel.datafile import parse_int, read_csv
 from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec
+from perfmodel.workload.popularity import zipf_popularity
 
 Distribution = Literal["uniform", "zipf", "hot"]
 DISTRIBUTIONS: tuple[str, ...] = ("uniform", "zipf", "hot")
@@ -105,9 +106,7 @@ def expert_popularity(
     if dist == "uniform":
         p = np.ones(num_experts)
     elif dist == "zipf":
-        if not (np.isfinite(exponent) and exponent >= 0):
-            raise SpecError(f"zipf exponent (skew) must be >= 0, got {exponent}")
-        p = ranks ** (-exponent)
+        p = zipf_popularity(num_experts, exponent)
     else:
         if not 0 < hot_fraction < 1:
             raise SpecError(f"hot_fraction must be in (0, 1), got {hot_fraction}")

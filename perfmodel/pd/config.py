@@ -14,7 +14,6 @@ result both phase models (``perfmodel.pd_prefill``, ``perfmodel.pd_decode``) ret
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,7 +34,6 @@ Arr = NDArray[np.float64]
 PHASES = ("prefill", "decode")
 KV_PLACEMENTS = ("auto", "scale-up", "scale-out")
 MAX_ATOMS = 96
-_RATE_ITERS = 40
 
 # ---- configurations and the KV link ----------------------------------------------------------
 
@@ -186,20 +184,6 @@ class PhaseGoodput:
     quantile_at_goodput_s: float
     kv_capacity_tokens: int
     note: str
-
-
-def max_rate(ok: Callable[[float], bool], hi: float, rel_tol: float = 1e-3) -> float:
-    """Largest rate in (0, hi) with ``ok`` true (``ok`` monotone: true below a threshold)."""
-    lo = 0.0
-    for _ in range(_RATE_ITERS):
-        if hi - lo <= rel_tol * hi:
-            break
-        mid = 0.5 * (lo + hi)
-        if ok(mid):
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def weighted_quantile(x: Arr, w: Arr, q: float) -> float:

@@ -28,11 +28,11 @@ from perfmodel.pd.config import (
     KVLink,
     PhaseConfig,
     PhaseGoodput,
-    max_rate,
     receive_time_s,
     weighted_quantile,
 )
 from perfmodel.serving.classic_queues import erlang_c
+from perfmodel.serving.search import max_rate
 from perfmodel.serving.servemix import compress_atoms
 from perfmodel.step.batch import Batch
 from perfmodel.units import MS_PER_S
@@ -269,7 +269,10 @@ def decode_goodput(profile: DecodeProfile, slo: SLO) -> PhaseGoodput:
         )
     hi = cap * 1.05
     rate = max_rate(lambda r: profile.tpot_cdf(r, slo.tpot_s) >= q, hi)
-    free_rate = max_rate(lambda r: profile.tpot_cdf(r, slo.tpot_s, slot_limit=False) >= q, hi * 4)
+    free_rate = max_rate(
+        lambda r: profile.tpot_cdf(r, slo.tpot_s, slot_limit=False) >= q,
+        hi * 4,
+    )
     limiter = profile.slot_limit if free_rate > 1.02 * rate else "tpot"
     nbar = profile.mean_batch(rate) or profile.slots
     quant = _tpot_quantile(profile, rate, q)

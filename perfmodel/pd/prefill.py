@@ -39,9 +39,9 @@ from perfmodel.pd.config import (
     PhaseGoodput,
     kv_link,
     kv_transfer_time_s,
-    max_rate,
     weighted_quantile,
 )
+from perfmodel.serving.search import max_rate
 from perfmodel.serving.servemix import compress_atoms
 from perfmodel.step.batch import Batch
 from perfmodel.units import MS_PER_S

@@ -42,6 +42,7 @@ from perfmodel.model import ModelSpec
 from perfmodel.pd.config import PhaseConfig, kv_link, kv_transfer_time_s
 from perfmodel.pd.decode import decode_kv_capacity
 from perfmodel.pd.prefill import prefill_batch_tokens
+from perfmodel.serving.search import max_rate
 from perfmodel.sim.simulate import Distribution
 from perfmodel.step.batch import Batch
 from perfmodel.step.instance import Instance
@@ -391,10 +392,5 @@ def simulated_goodput(
     lo, hi = 0.0, hi_rate_per_s
     while run_at_rate(dep, lengths, req, hi).meets(slo):
         lo, hi = hi, hi * 1.5
-    while hi - lo > rel_tol * hi:
-        mid = 0.5 * (lo + hi)
-        if run_at_rate(dep, lengths, req, mid).meets(slo):
-            lo = mid
-        else:
-            hi = mid
-    return lo
+    return max_rate(lambda r: run_at_rate(dep, lengths, req, r).meets(slo), hi, lo=lo,
+                    rel_tol=rel_tol)  # fmt: skip

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.serving.latency import LatencyEstimate
+from perfmodel.serving.search import max_rate
 from perfmodel.serving.service import ServiceRate, latency
 from perfmodel.units import MS_PER_S
 from perfmodel.workload.arrivals import check_rate
@@ -84,15 +85,14 @@ def goodput(service: ServiceRate, slo: SLO, *, rel_tol: float = 1e-3) -> Goodput
                 + (f" (best achievable {', '.join(what)})" if what else "")
             ),
         )
-    lo, hi = lo_rate, mu
-    best = low
-    while hi - lo > rel_tol * mu:
-        mid = 0.5 * (lo + hi)
-        a = slo_attainment(latency(service, mid), slo)
-        if a.meets_goal:
-            lo, best = mid, a
-        else:
-            hi = mid
+    lo = max_rate(
+        lambda r: slo_attainment(latency(service, r), slo).meets_goal,
+        mu,
+        lo=lo_rate,
+        rel_tol=rel_tol,
+        scale=mu,
+    )
+    best = slo_attainment(latency(service, lo), slo) if lo > lo_rate else low
     return Goodput(
         feasible=True,
         rate_per_s=lo,

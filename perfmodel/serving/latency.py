@@ -9,7 +9,7 @@ from ``perfmodel.step.step_time``. The model, at arrival rate ``λ``:
   decodes and up to ``B' = B − n_d`` prompt tokens from the front of the FIFO, lasts
   ``τ(P)``, and the prompts that arrive meanwhile (Poisson) wait for the next one. Its
   stationary law gives the mean iteration ``b̄ = E_π[τ]``. The decode population comes
-  from Little's law twice (see :func:`_operating_point`): ``n_d = λ·b̄·E[o − 1]/P(busy)``
+  from Little's law twice (see :func:`operating_point`): ``n_d = λ·b̄·E[o − 1]/P(busy)``
   per iteration, ``N̄ = λ·E[(o − 1)·TPOT]`` in time, ``P(busy) = 1 − exp(−(N̄ +
   λ·E[TTFT]))`` (residents as in M/G/∞); solved as a fixed point with secant steps.
 * **TTFT** (Palm calculus on the chain): the residual ``E_π[τ²]/(2E_π[τ])`` of the
@@ -52,26 +52,22 @@ from numpy.typing import NDArray
 from scipy.special import gammainc
 
 from perfmodel.serving.classic_queues import erlang_c
+from perfmodel.serving.operating_point import operating_point
 from perfmodel.serving.prefill_chain import (
-    BacklogChain,
-    PromptLaw,
-    TaggedRequest,
-    backlog_chain,
-    prefill_step_s,
     prompt_law,
-    tagged_request,
 )
 from perfmodel.serving.servemix import (
     PROMPT_BINS,
     RequestMoments,
     compress_atoms,
-    decode_only,
     lumped_iteration,
 )
 from perfmodel.step.instance import Instance
 from perfmodel.workload.lengths import LengthDistribution
 
 Arr = NDArray[np.float64]
+
+
 PERCENTILES = (0.5, 0.9, 0.99)
 
 
@@ -162,119 +158,6 @@ class _Mixture:
         return float(np.dot(self.weights, self.base + self.p * self.shape * self.scale))
 
 
-@dataclass(frozen=True)
-class _OperatingPoint:
-    chain: BacklogChain
-    tagged: TaggedRequest
-    decode_step_s: Arr  # τ₊ per state: the iteration of a decoding request
-    decoders: float  # N̄: time-average number of decoding requests
-    busy: float  # P(engine busy) = P(at least one request resident)
-    ttft_s: float  # mean TTFT without the KV-memory wait
-    tpot_s: Arr  # mean TPOT per decode-step atom
-
-
-def _operating_point(
-    inst: Instance,
-    prompts: PromptLaw,
-    m: RequestMoments,
-    *,
-    rate_per_s: float,
-    max_batched_tokens: int,
-    decode_steps: Arr,
-    decode_weights: Arr,
-    max_steps: int,
-) -> _OperatingPoint | None:
-    """Solve the decode population and the chain together; None if unbounded.
-
-    Little's law twice. Per iteration: the engine iterates only while busy, so the
-    ``λ·E[o − 1]`` decode tokens per second are spread over ``P(busy)/b̄`` iterations per
-    second, ``n_d = λ·b̄·E[o − 1]/P(busy)``. In time: ``N̄ = λ·E[(o − 1)·TPOT(o)]``
-    requests are decoding on average, and a decoding request shares its iterations with
-    ``N̄`` others (Poisson arrivals see time averages). The engine is busy while a
-    request is resident: ``P(busy) = 1 − exp(−(N̄ + λ·E[TTFT]))`` (residents as in
-    M/G/∞). ``(n_d, N̄)`` is the fixed point of these maps (per-coordinate secant
-    iterations); TTFT and TPOT come from the tagged request. The chain also "iterates"
-    (decode-only, ``τ(0)``) through idle time, so its ``b̄`` is below the mean busy
-    iteration at low load and ``n_d`` is low there (``n_d`` 1.2 vs 1.9 simulated for
-    Mixtral-8x7B on 2×A100, ``code``, ρ = 0.3; the latencies stay within 8 %).
-    ``decode_steps``/``decode_weights`` are the atoms of ``o − 1`` (all requests).
-    """
-    lam, B = rate_per_s, max_batched_tokens
-    ctx = m.decode_context_tokens / max(m.decode_steps, 1e-12)
-    one = float(inst.iteration_s(decode_only(1.0, ctx, 1))[0])
-    pos = decode_steps >= 1
-    x = np.array([lam * one * m.decode_steps] * 2)  # (n_d, N̄)
-    w_n = decode_weights[pos]
-    n_pos = decode_steps[pos]
-    mean_n = float(np.dot(w_n, n_pos))
-    # the tagged request is costly: between its evaluations, E[n·TPOT(n)] is taken as
-    # E[n]·E_∞ + excess, with E_∞ = π·τ₊ from the current chain and the excess
-    # E[Σ_{j≤n}(E_j − E_∞)] and E[TTFT] from the last tagged request
-    excess, ttft = 0.0, 0.0
-    prev: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None
-    point: _OperatingPoint | None = None
-    levels = 4
-    for _ in range(80):
-        n_d, n_bar = float(x[0]), float(x[1])
-        if n_d >= B - 1:
-            return None
-        chain = backlog_chain(
-            inst,
-            prompts,
-            m,
-            rate_per_s=lam,
-            decode_seqs=n_d,
-            max_batched_tokens=B,
-            min_levels=levels,
-        )
-        if chain is None:
-            return None
-        levels = chain.levels
-        G = chain.per_budget
-        tau_plus = prefill_step_s(
-            inst,
-            m,
-            prompts,
-            prompt_tokens=np.arange(G + 1) * chain.grid_tokens,
-            decode_seqs=n_bar + 1,
-        )
-        tau_plus = np.concatenate([tau_plus, np.full(chain.states - G - 1, tau_plus[G])])
-        e_inf = float(chain.stationary @ tau_plus)
-
-        per_iteration = lam * chain.mean_step_s * m.decode_steps  # n_d·P(busy)
-        busy = max(1.0 - math.exp(-(n_bar + lam * ttft)), 1e-12)
-        g = np.array([per_iteration / busy, lam * (mean_n * e_inf + excess)]) - x
-        if np.all(np.abs(g) <= 1e-3 * np.maximum(x, 1e-2)):
-            tag = tagged_request(chain, decode_step_s=tau_plus, max_steps=max_steps)
-            tpot = tag.mean_tpot_s(np.maximum(decode_steps, 1.0))
-            new_ttft = busy * tag.residual_s + tag.full_wait_s + tag.last_prefill_s
-            new_excess = float(np.dot(w_n, n_pos * (tpot[pos] - e_inf)))
-            point = _OperatingPoint(chain, tag, tau_plus, n_bar, busy, new_ttft, tpot)
-            if (
-                abs(lam * (new_excess - excess)) <= 1e-3 * max(n_bar, 1e-2)
-                and abs(new_ttft - ttft) <= 1e-3 * new_ttft
-            ):
-                return point
-            excess, ttft, prev = new_excess, new_ttft, None  # a new map: restart the secant
-            busy = max(1.0 - math.exp(-(n_bar + lam * ttft)), 1e-12)
-            g = np.array([per_iteration / busy, lam * (mean_n * e_inf + excess)]) - x
-        nxt = x + g  # fixed-point step; per-coordinate secant when it is well posed
-        if prev is not None:
-            dg = g - prev[1]
-            ok = np.abs(dg) > 1e-15
-            sec = np.where(ok, x - g * (x - prev[0]) / np.where(ok, dg, 1.0), nxt)
-            nxt = np.where((sec >= 0) & (sec < B - 1), sec, nxt)
-        prev, x = (x, g), np.maximum(nxt, 0.0)
-        last = (chain, tau_plus, busy, n_bar)
-    if point is None:  # not converged (has not happened in validation): the last iterate
-        chain, tau_plus, busy, n_bar = last
-        tag = tagged_request(chain, decode_step_s=tau_plus, max_steps=max_steps)
-        ttft = busy * tag.residual_s + tag.full_wait_s + tag.last_prefill_s
-        tpot = tag.mean_tpot_s(np.maximum(decode_steps, 1.0))
-        point = _OperatingPoint(chain, tag, tau_plus, n_bar, busy, ttft, tpot)
-    return point
-
-
 def estimate_latency(
     inst: Instance,
     lengths: LengthDistribution,
@@ -302,7 +185,7 @@ def estimate_latency(
         return _unbounded(lam)
     prompts = prompt_law(lengths)
     n_all, w_all = compress_atoms(lengths.output_tokens - 1, lengths.weights, PROMPT_BINS * 2)
-    op = _operating_point(
+    op = operating_point(
         inst,
         prompts,
         m,
@@ -356,28 +239,9 @@ def estimate_latency(
         shape=np.ones_like(s_w),
         scale=np.full(s_w.shape, theta),
     )
-    keep = n_all >= 1
-    p_multi = float(w_all[keep].sum())  # P(o >= 2): requests that have a TPOT
-    if p_multi <= 0:  # every request emits one token: no decode step (TPOT 0, E2E = TTFT)
-        keep, p_multi = n_all >= 0, 0.0
-    n_vals, n_w = np.maximum(n_all[keep], 1.0), w_all[keep] / max(p_multi, 1e-300)
-    tpot_n = op.tpot_s[keep]
-    t0_seen = float(tau_plus[0])
-    ex_mean = np.maximum(tpot_n - t0_seen, 0.0)
-    ex_var = lam * b * float(np.dot(s_w, delta**2)) / n_vals
-    with np.errstate(divide="ignore", invalid="ignore"):
-        shape = np.where(ex_var > 0, ex_mean**2 / ex_var, 1.0)
-        scale = np.where(ex_mean > 0, ex_var / np.maximum(ex_mean, 1e-300), 0.0)
-    tpot = _Mixture(
-        weights=n_w,
-        base=np.full(n_w.shape, t0_seen),
-        p=np.where(ex_mean > 0, 1.0, 0.0),
-        shape=shape,
-        scale=scale,
+    tpot, p_multi, e2e_decode_s = _tpot_mixture(
+        op.tpot_s, n_all, w_all, tau_plus, lam * b * float(np.dot(s_w, delta**2))
     )
-    if p_multi <= 0:
-        z = np.zeros(1)
-        tpot = _Mixture(weights=z + 1, base=z, p=z, shape=z + 1, scale=z)
     ttft_mean = ttft.mean()
     return LatencyEstimate(
         rate_per_s=lam,
@@ -396,13 +260,47 @@ def estimate_latency(
         tpot_p50_s=tpot.quantile(0.5),
         tpot_p90_s=tpot.quantile(0.9),
         tpot_p99_s=tpot.quantile(0.99),
-        e2e_mean_s=ttft_mean + p_multi * float(np.dot(n_w, n_vals * (t0_seen + ex_mean))),
+        e2e_mean_s=ttft_mean + p_multi * e2e_decode_s,
         _ttft=ttft,
         _tpot=tpot,
         prefill_iteration_fraction=chain.prefill_fraction,
         full_iteration_fraction=chain.full_fraction,
         first_decode_step_s=float(tag.decode_step_s[0]),
     )
+
+
+def _tpot_mixture(
+    tpot_s: Arr, n_all: Arr, w_all: Arr, tau_plus: Arr, var_per_step_s2: float
+) -> tuple[_Mixture, float, float]:
+    """TPOT as a mixture over output lengths: the first decode step plus a Gamma excess.
+
+    ``var_per_step_s2`` is ``λ·b̄·E[Δ²]``, the variance the prompts joining a decode
+    iteration add to it. Returns the mixture, ``P(o ≥ 2)`` and the mean decode time of a
+    request with a TPOT (for the E2E mean).
+    """
+    keep = n_all >= 1
+    p_multi = float(w_all[keep].sum())  # P(o >= 2): requests that have a TPOT
+    if p_multi <= 0:  # every request emits one token: no decode step (TPOT 0, E2E = TTFT)
+        keep, p_multi = n_all >= 0, 0.0
+    n_vals, n_w = np.maximum(n_all[keep], 1.0), w_all[keep] / max(p_multi, 1e-300)
+    tpot_n = tpot_s[keep]
+    t0_seen = float(tau_plus[0])
+    ex_mean = np.maximum(tpot_n - t0_seen, 0.0)
+    ex_var = var_per_step_s2 / n_vals
+    with np.errstate(divide="ignore", invalid="ignore"):
+        shape = np.where(ex_var > 0, ex_mean**2 / ex_var, 1.0)
+        scale = np.where(ex_mean > 0, ex_var / np.maximum(ex_mean, 1e-300), 0.0)
+    tpot = _Mixture(
+        weights=n_w,
+        base=np.full(n_w.shape, t0_seen),
+        p=np.where(ex_mean > 0, 1.0, 0.0),
+        shape=shape,
+        scale=scale,
+    )
+    if p_multi <= 0:
+        z = np.zeros(1)
+        tpot = _Mixture(weights=z + 1, base=z, p=z, shape=z + 1, scale=z)
+    return tpot, p_multi, float(np.dot(n_w, n_vals * (t0_seen + ex_mean)))
 
 
 def _unbounded(lam: float) -> LatencyEstimate:

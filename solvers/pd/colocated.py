@@ -17,6 +17,7 @@ from hardware.device import Device
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.serving.goodput import slo_attainment
+from perfmodel.serving.search import max_rate
 from perfmodel.serving.service import latency, service_rate
 from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S
@@ -77,13 +78,7 @@ def colocated_baseline(
                 f"TPOT {a.tpot_quantile_s * MS_PER_S:.1f} ms unloaded"
             )
             continue
-        lo, hi = lo_rate, sv.rate_per_s
-        while hi - lo > rel_tol * hi:
-            mid = 0.5 * (lo + hi)
-            if ok(mid):
-                lo = mid
-            else:
-                hi = mid
+        lo = max_rate(ok, sv.rate_per_s, lo=lo_rate, rel_tol=rel_tol)
         per = lo / sv.devices
         if best is None or per > best.per_gpu_rate_per_s:
             best = Colocated(

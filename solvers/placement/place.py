@@ -36,6 +36,8 @@ from solvers.pulp_solver import highs_error, pulp_solver
 
 I64 = NDArray[np.int64]
 
+Arr = NDArray[np.float64]
+
 
 def slots_from_memory(
     device: Device,
@@ -188,39 +190,8 @@ def place_ilp(
         prob += pulp.lpSum(z[i, g] for i in range(E)) <= int(slots[g]), f"slots_{g}"
     for i in range(E):
         prob += pulp.lpSum(z[i, g] for g in range(G)) >= 1, f"placed_{i}"
-    cs = []
-    for s in range(n_s):
-        C = pulp.LpVariable(f"C_{s}")
-        cs.append(C)
-        n_terms: dict[int, list[Any]] = {g: [] for g in range(G)}
-        g_terms: dict[int, list[Any]] = {g: [] for g in range(G)}
-        for i in np.flatnonzero(S[s] > 0).tolist():
-            Ti = float(S[s, i])
-            xs = []
-            for g in range(G):
-                x = pulp.LpVariable(f"x_{s}_{i}_{g}", lowBound=0, upBound=Ti)
-                y = pulp.LpVariable(f"y_{s}_{i}_{g}", cat="Binary")
-                prob += y <= z[i, g], f"held_{s}_{i}_{g}"
-                prob += x <= Ti * y, f"charge_{s}_{i}_{g}"
-                if tile_rows > 1:
-                    m = pulp.LpVariable(f"m_{s}_{i}_{g}", lowBound=0, cat="Integer")
-                    prob += tile_rows * m >= x, f"pad_{s}_{i}_{g}"
-                    prob += m <= int(np.ceil(Ti / tile_rows)) * y, f"tmax_{s}_{i}_{g}"
-                    n_terms[g].append(tile_rows * m)
-                else:
-                    n_terms[g].append(x)
-                g_terms[g].append(y)
-                xs.append(x)
-            prob += pulp.lpSum(xs) == Ti, f"serve_{s}_{i}"
-        for g in range(G):
-            for k in range(len(al)):
-                prob += (
-                    sc * al[k]
-                    + sc * sg[k] * pulp.lpSum(g_terms[g])
-                    + sc * sn[k] * pulp.lpSum(n_terms[g])
-                    <= C,
-                    f"time_{s}_{g}_{k}",
-                )
+    terms = (sc * al, sc * sg, sc * sn)
+    cs = [_sample_makespan(prob, z, S[s], s, tile_rows, terms) for s in range(n_s)]
     mig: list[Any] = []
     if current is not None and migration_cost_s > 0:
         for (i, g), v in z.items():
@@ -279,3 +250,45 @@ def place_ilp(
         time.perf_counter() - t0,
         msg,
     )
+
+
+def _sample_makespan(
+    prob: Any, z: dict[tuple[int, int], Any], loads: Arr, s: int, tile_rows: int,
+    terms: tuple[Arr, Arr, Arr],
+) -> Any:  # fmt: skip
+    """Sample ``s``'s dispatch (split, charge, tile padding) and its makespan variable ``C_s``.
+
+    ``terms`` are the profile's scaled intercepts and slopes in G and N.
+    """
+    import pulp
+
+    al, sg, sn = terms
+    G = len({g for _, g in z})
+    C = pulp.LpVariable(f"C_{s}")
+    n_terms: dict[int, list[Any]] = {g: [] for g in range(G)}
+    g_terms: dict[int, list[Any]] = {g: [] for g in range(G)}
+    for i in np.flatnonzero(loads > 0).tolist():
+        Ti = float(loads[i])
+        xs = []
+        for g in range(G):
+            x = pulp.LpVariable(f"x_{s}_{i}_{g}", lowBound=0, upBound=Ti)
+            y = pulp.LpVariable(f"y_{s}_{i}_{g}", cat="Binary")
+            prob += y <= z[i, g], f"held_{s}_{i}_{g}"
+            prob += x <= Ti * y, f"charge_{s}_{i}_{g}"
+            if tile_rows > 1:
+                m = pulp.LpVariable(f"m_{s}_{i}_{g}", lowBound=0, cat="Integer")
+                prob += tile_rows * m >= x, f"pad_{s}_{i}_{g}"
+                prob += m <= int(np.ceil(Ti / tile_rows)) * y, f"tmax_{s}_{i}_{g}"
+                n_terms[g].append(tile_rows * m)
+            else:
+                n_terms[g].append(x)
+            g_terms[g].append(y)
+            xs.append(x)
+        prob += pulp.lpSum(xs) == Ti, f"serve_{s}_{i}"
+    for g in range(G):
+        for k in range(len(al)):
+            prob += (
+                al[k] + sg[k] * pulp.lpSum(g_terms[g]) + sn[k] * pulp.lpSum(n_terms[g]) <= C,
+                f"time_{s}_{g}_{k}",
+            )
+    return C

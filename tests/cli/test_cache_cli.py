@@ -1,4 +1,4 @@
-"""``perfmodel cache plan|curve`` through Typer's CliRunner."""
+"""``perfmodel cache plan`` (and its figure, ``--out``) through Typer's CliRunner."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def test_curve_writes_html_and_refuses_to_overwrite(tmp_path: Path) -> None:
     out = tmp_path / "c.html"
     args = [
         "cache",
-        "curve",
+        "plan",
         *BASE,
         "--rate-per-s",
         "2",

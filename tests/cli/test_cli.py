@@ -21,7 +21,8 @@ def test_estimate_defaults_json() -> None:
     code, out, _ = run("estimate", "--json")
     assert code == 0
     d = json.loads(out)
-    assert d["model"] == "llama-3.1-70b" and d["hardware"] == "h100-sxm" and d["tp"] == 8
+    # the shared defaults (cli/options.py): the same model, device and TP as capacity
+    assert d["model"] == "llama-3.1-8b" and d["hardware"] == "h100-sxm" and d["tp"] == 1
     assert d["memory"]["fits"] is True
     assert d["tpot_ms"] < d["ttft_ms"]
     assert d["decode_bound_s"]["memory"] > d["decode_bound_s"]["compute"]

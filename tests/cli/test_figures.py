@@ -54,8 +54,8 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
          "n=4096", "--hardware", "h100-sxm", "--out", str(out["profile"]))  # fmt: skip
     _run("dispatch", "phase", "--model", "mixtral-8x7b", "--tokens-per-gpu", "16,256",
          "--skews", "0,1", "--samples", "1", "--out", str(out["dispatch"]))  # fmt: skip
-    _run("cache", "curve", "--offload-experts", "--kv-levels", "3", "--expert-levels", "3",
-         "--out", str(out["cache"]))  # fmt: skip
+    _run("cache", "plan", "--model", "mixtral-8x7b", "--offload-experts", "--kv-levels", "3",
+         "--expert-levels", "3", "--out", str(out["cache"]))  # fmt: skip
     _run("phase", "stability", "--rates", "4", "--sim-rows", "1", "--sim-requests", "300",
          "--output-tokens", "64,256", "--kv-grid-tokens", "50000,200000",
          "--out", str(out["stability"]))  # fmt: skip
@@ -137,9 +137,7 @@ def test_cache_curve_title_and_empty_panel(pages: dict[str, Path]) -> None:
     t = f["layout"]["title"]["text"]
     assert "mixtral-8x7b" in t and "h100-sxm" in t and "1 req/s" in t
     sub = f["layout"]["annotations"][0]["text"]
-    z = np.array(
-        [[np.nan if v is None else v for v in r] for r in f["data"][0]["z"]], dtype=float
-    )
+    z = np.array([[np.nan if v is None else v for v in r] for r in f["data"][0]["z"]], dtype=float)
     if np.isfinite(z).any():
         assert np.ptp(z[np.isfinite(z)]) > 0 or "constant" in sub
     else:

@@ -53,7 +53,7 @@ TRACEBACKS = [
       "{d}", "--force"], "is a directory"),
     (["profile", "plot", "--data", "{d}/gemm.csv", "--hardware", "h100-sxm", "--profile",
       "h100-sxm:gemm_bf16", "--out", "{d}", "--force"], "is a directory"),
-    (["cache", "curve", "--out", "{d}", "--force"], "is a directory"),
+    (["cache", "plan", "--out", "{d}", "--force"], "is a directory"),
     (["predict", "gemm", "--hardware", "h100-sxm", "--input", "{d}/shapes.csv", "--output",
       "/proc/x.csv"], "cannot write in /proc"),
     (["phase", "stability", "--out", "/proc/x.html"], "cannot write in /proc"),

@@ -19,11 +19,11 @@ from perfmodel.cache.hitrate import (
     simulate_lru_steps,
     static_hit_ratio,
     step_activation,
-    zipf_popularity,
 )
 from perfmodel.errors import SpecError
 from perfmodel.moe.distinct import distinct_experts_uniform, expected_distinct
 from perfmodel.moe.routing import counts_csv_text, expert_popularity, load_counts_csv, sample_counts
+from perfmodel.workload.popularity import zipf_popularity
 
 
 def test_che_t11_vector() -> None:

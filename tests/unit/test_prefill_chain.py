@@ -12,8 +12,8 @@ from perfmodel.serving.prefill_chain import (
     compound_poisson,
     grid_pmf,
     solve_chain,
-    tagged_request,
 )
+from perfmodel.serving.tagged import tagged_request
 
 
 def test_compound_poisson_unit_jumps_is_poisson() -> None:

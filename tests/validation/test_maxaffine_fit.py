@@ -7,8 +7,9 @@ import functools
 import numpy as np
 import pytest
 
+from hardware.calibrate import calibrate_roofline
 from hardware.device import load_device
-from hardware.fit import calibrate_roofline, fit_max_affine, fit_profile, group_folds, mdape_pct
+from hardware.fit import fit_max_affine, fit_profile, group_folds, mdape_pct
 from hardware.maxaffine import GEMM_FEATURES, MaxAffine, gemm_features
 from hardware.measurements import read_measurements
 from hardware.roofline import Roofline, gemm_flops_bytes

@@ -18,13 +18,8 @@ from perfmodel.step.instance import Instance
 from perfmodel.workload.lengths import fixed_lengths, lognormal_lengths
 from perfmodel.workload.presets import PRESETS, Workload, preset
 from perfmodel.workload.slo import SLO
-from reports.stability_plot import (
-    StabilityPhase,
-    scale_output_lengths,
-    stability_figure,
-    stability_html,
-    stability_phase,
-)
+from reports.stability_plot import stability_figure, stability_html
+from reports.stability_sweep import StabilityPhase, scale_output_lengths, stability_phase
 
 M8 = load_model("llama-3.1-8b")
 H100 = load_device("h100-sxm")

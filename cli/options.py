@@ -1,0 +1,119 @@
+"""The options every command shares, declared once: same name, unit suffix and default.
+
+A command declares ``model: ModelOpt = DEFAULT_MODEL`` and so on; ``tests/cli/
+test_options.py`` walks the Typer app and fails if a shared option appears with another
+default, or an option of the same meaning under another name (``--percentile``).
+Builders turn parsed options into the library's objects (lazily imported, so that
+``perfmodel --help`` stays light).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+if TYPE_CHECKING:
+    from perfmodel.step.instance import Instance
+    from perfmodel.workload.presets import Workload
+    from perfmodel.workload.slo import SLO
+
+DEFAULT_MODEL = "llama-3.1-8b"
+DEFAULT_MOE_MODEL = "qwen3-30b-a3b"  # commands that need a mixture-of-experts model
+DEFAULT_HARDWARE = "h100-sxm"
+DEFAULT_WORKLOAD = "chat"
+DEFAULT_TTFT_SLO_MS = 500.0
+DEFAULT_TPOT_SLO_MS = 50.0
+DEFAULT_SLO_PERCENTILE = 0.9
+DEFAULT_GOAL = 0.9
+DEFAULT_MAX_BATCHED_TOKENS = 8192
+
+ModelOpt = Annotated[str, typer.Option(help="Model id or Hugging Face config.json path.")]
+MoeModelOpt = Annotated[
+    str, typer.Option("--model", help="Mixture-of-experts model id or config.json path.")
+]
+HardwareOpt = Annotated[str, typer.Option(help="Device id or device TOML path.")]
+TpOpt = Annotated[int, typer.Option(help="Tensor-parallel degree of one instance.")]
+PpOpt = Annotated[
+    int, typer.Option(help="Pipeline-parallel stages of one instance (devices = tp x pp).")
+]
+DtypeOpt = Annotated[str, typer.Option(help="Weight dtype (bf16, fp16, fp8, int8, int4).")]
+ActDtypeOpt = Annotated[str, typer.Option(help="Math/activation dtype.")]
+KvDtypeOpt = Annotated[str, typer.Option(help="KV-cache dtype.")]
+WorkloadOpt = Annotated[str, typer.Option(help="Built-in workload: chat or code.")]
+TraceOpt = Annotated[
+    Path | None,
+    typer.Option(help="Trace CSV (Azure or input_tokens,output_tokens[,arrival_s]); "
+                 "overrides --workload."),
+]  # fmt: skip
+RateOpt = Annotated[float, typer.Option(help="Arrival rate, requests/s.")]
+OptionalRateOpt = Annotated[
+    float | None,
+    typer.Option("--rate-per-s", help="Arrival rate, requests/s (default: the trace's, or 0.7·μ)."),
+]
+ArrivalCvOpt = Annotated[float, typer.Option(help="Inter-arrival CV (1 = Poisson, >1 bursty).")]
+TtftSloOpt = Annotated[float, typer.Option(help="TTFT target, ms.")]
+TpotSloOpt = Annotated[float, typer.Option(help="TPOT target, ms.")]
+SloPercentileOpt = Annotated[float, typer.Option(help="Percentile the SLO targets apply to (0-1).")]
+GoalOpt = Annotated[float, typer.Option(help="Fraction of requests that must meet both targets.")]
+KvCapacityOpt = Annotated[
+    int | None, typer.Option(help="KV capacity in tokens (default: from the memory model).")
+]
+MaxBatchedTokensOpt = Annotated[
+    int, typer.Option(help="Token budget per iteration (vLLM max_num_batched_tokens).")
+]
+ChunkSizeOpt = Annotated[
+    int | None, typer.Option(help="Largest prefill chunk per request (default: the budget).")
+]
+SeedOpt = Annotated[int, typer.Option(help="Random seed.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing output file.")]
+
+#: Options whose default may differ by command, with the reason (checked by the test).
+PER_COMMAND_DEFAULTS = {
+    "--rate-per-s": "a rate is required to plan (pd, cache) but derived from μ to analyse",
+    "--model": "MoE-only commands default to DEFAULT_MOE_MODEL (or require one)",
+    "--out": "required where a figure is the result, optional elsewhere",
+}
+
+
+def build_instance(
+    model: str, hardware: str, tp: int = 1, pp: int = 1, *, dtype: str = "bf16",
+    act_dtype: str | None = None, kv_dtype: str | None = None,
+) -> Instance:  # fmt: skip
+    """The instance the options describe (model and device by id or file)."""
+    from hardware.device import load_device
+    from perfmodel.errors import SpecError
+    from perfmodel.model import load_model
+    from perfmodel.plan import ParallelPlan, check_pp
+    from perfmodel.step.instance import Instance
+
+    for name, v in (("--tp", tp), ("--pp", pp)):
+        if v < 1:
+            raise SpecError(f"{name} must be a positive integer, got {v}")
+    m = load_model(model)
+    check_pp(m, pp)
+    plan = ParallelPlan(tp, dtype, act_dtype or dtype, kv_dtype or act_dtype or dtype, pp=pp)
+    return Instance(m, load_device(hardware), plan)
+
+
+def build_workload(workload: str, trace: Path | None, arrival_cv: float = 1.0) -> Workload:
+    from perfmodel.errors import SpecError
+    from perfmodel.workload.presets import Workload, preset
+    from perfmodel.workload.trace import load_trace
+
+    if trace is not None and arrival_cv != 1.0:
+        raise SpecError(
+            "--arrival-cv does nothing with --trace (the trace's own arrival times set the "
+            "burstiness); drop one of them"
+        )
+    return (
+        Workload.from_trace(load_trace(trace)) if trace else preset(workload, arrival_cv=arrival_cv)
+    )
+
+
+def build_slo(ttft_slo_ms: float, tpot_slo_ms: float, slo_percentile: float, goal: float) -> SLO:
+    from perfmodel.units import from_ms
+    from perfmodel.workload.slo import SLO
+
+    return SLO(from_ms(ttft_slo_ms), from_ms(tpot_slo_ms), slo_percentile, goal)

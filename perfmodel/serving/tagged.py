@@ -1,0 +1,130 @@
+"""The tagged request of the prefill backlog chain: its wait, its first chunk and its TTFT."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from perfmodel.serving.prefill_chain import PROFILE_STEPS, V_NODES, BacklogChain, compound_poisson
+
+Arr = NDArray[np.float64]
+
+
+def _lump(z: Arr, n: int) -> Arr:
+    """``z`` (non-negative part) on ``0 … n−1`` with the mass beyond lumped at ``n − 1``."""
+    z = np.maximum(z, 0.0)
+    out = z[:n].copy()
+    out[-1] += z[n:].sum()
+    return out
+
+
+@dataclass(frozen=True)
+class TaggedRequest:
+    """What a typical request sees (see the module docstring)."""
+
+    residual_s: float  # E_π[τ²]/(2E_π[τ]) (before the busy probability)
+    full_iterations: float  # E[m − 1]: full iterations before its last prefill iteration
+    full_wait_s: float  # E[m − 1]·τ(B')
+    last_prefill_s: float  # E[τ] of the iteration that emits its first token
+    decode_step_s: Arr  # E_j, the mean time of its j-th decode iteration, j = 1 … J
+    stationary_step_s: float  # E_∞, the limit of E_j
+    tail_ratio: float = 0.0  # E_j − E_∞ = (E_J − E_∞)·r^{j−J} for j > J
+
+    def mean_tpot_s(self, decode_steps: Arr) -> Arr:
+        """``(1/n)·Σ_{j≤n} E_j`` for each ``n`` in ``decode_steps`` (``n ≥ 1``)."""
+        e, lim, r = self.decode_step_s, self.stationary_step_s, self.tail_ratio
+        cum = np.concatenate([[0.0], np.cumsum(e)])
+        n = np.asarray(decode_steps, dtype=np.float64)
+        k = np.minimum(n, e.size).astype(np.int64)
+        extra = n - k  # steps beyond the computed profile
+        excess = (e[-1] - lim) * r * (1 - r**extra) / (1 - r) if r > 0 else 0.0 * n
+        return (cum[k] + extra * lim + excess) / n
+
+
+def tagged_request(
+    chain: BacklogChain, *, decode_step_s: Arr, max_steps: int, rel_tol: float = 1e-4
+) -> TaggedRequest:
+    """TTFT components and the decode-step profile of a typical request.
+
+    ``decode_step_s`` is ``τ₊`` per state (the iteration time with the request itself
+    among the decodes); ``max_steps`` bounds the profile (the largest ``o − 1``).
+    """
+    G, lam = chain.per_budget, chain.rate_per_s
+    pi, tau, T, f = chain.stationary, chain.step_s, chain.transition, chain.prompt_pmf
+    n = pi.size
+    b = chain.mean_step_s
+    # arrival iteration, by class p = min(u, G) (leftover u − p only in class G), time-weighted
+    w_state = pi * tau / b
+    leftover = np.zeros((G + 1, n))
+    leftover[np.arange(G), 0] = w_state[:G]
+    leftover[G, : n - G] = w_state[G:]
+    tau_p = tau[: G + 1]
+    nodes, wts = np.polynomial.legendre.leggauss(V_NODES)
+    v, wv = (nodes + 1) / 2, wts / 2
+    size = 1 << math.ceil(math.log2(2 * n + f.size))
+    F = np.fft.rfft(f, size)
+    L_hat = np.fft.rfft(leftover, size, axis=1)  # (G+1, size/2+1)
+    before = compound_poisson(lam * np.outer(tau_p, v).ravel(), f, n).reshape(G + 1, V_NODES, n)
+    after = compound_poisson(lam * np.outer(tau_p, 1 - v).ravel(), f, n).reshape(G + 1, V_NODES, n)
+    Y = np.fft.irfft(L_hat[:, None, :] * np.fft.rfft(before, size, axis=2) * F, size, axis=2)
+    Y = np.maximum(Y[:, :, :n], 0.0) * wv[None, :, None]
+    A_hat = np.fft.rfft(after, size, axis=2)
+    # the request's last prefill iteration is the m-th from the next one, m = max(1, ⌈y/G⌉)
+    m_of_y = np.maximum(1, np.ceil(np.arange(n) / G)).astype(np.int64)
+    y_tot = Y.sum(axis=(0, 1))
+    mass_m = np.bincount(m_of_y, weights=y_tot, minlength=2)
+    total = float(mass_m.sum())
+    full_iters = float(np.dot(np.maximum(np.arange(mass_m.size) - 1, 0), mass_m)) / total
+    # Z_m: state law at the start of iteration k + 1 with R's prompt ending in iteration
+    # k + m. m = 1 exactly (A_after depends on the arrival iteration and the position);
+    # m ≥ 2: A_after is a small part of what arrives before R's last iteration, and its
+    # rate is averaged over (u, v) given m (one convolution per m).
+    one = m_of_y == 1
+    y1 = np.where(one[None, None, :], Y, 0.0)
+    z1 = np.fft.irfft((np.fft.rfft(y1, size, axis=2) * A_hat).sum(axis=(0, 1)), size)
+    zs = [_lump(z1, n)]
+    rate_pv = lam * np.outer(tau_p, 1 - v)  # (G+1, V)
+    top = int(np.nonzero(mass_m > 1e-9 * total)[0].max(initial=1))
+    if top >= 2:
+        ms = np.arange(2, top + 1)
+        sel = m_of_y[None, :] == ms[:, None]  # (top − 1, n)
+        w_pv = np.einsum("pvy,my->mpv", Y, sel.astype(np.float64))
+        r_bar = (w_pv * rate_pv).sum(axis=(1, 2)) / np.maximum(w_pv.sum(axis=(1, 2)), 1e-300)
+        a_bar = compound_poisson(r_bar, f, n)
+        ym = np.where(sel, y_tot[None, :], 0.0)
+        zm = np.fft.irfft(np.fft.rfft(ym, size, axis=1) * np.fft.rfft(a_bar, size, axis=1), size)
+        zs += [_lump(z, n) for z in zm]
+    # start = Σ_m Z_m·T^{m−1} (Horner): the law at the start of its last prefill iteration
+    start = zs[-1]
+    for z in reversed(zs[:-1]):
+        start = T(start) + z
+    start /= start.sum()
+    last = float(start @ tau)
+    # decode profile: E_j = ξ·T^{j−1}·τ₊, ξ = start·T, until it reaches the stationary
+    # value; after PROFILE_STEPS its remaining excess is extrapolated geometrically with
+    # the ratio of the last two excesses (the chain's slowest mode)
+    xi = T(start)
+    limit = float(pi @ decode_step_s)
+    prof: list[float] = []
+    ratio = 0.0
+    for _ in range(max(min(int(max_steps), PROFILE_STEPS), 1)):
+        e = float(xi @ decode_step_s)
+        prof.append(e)
+        if abs(e - limit) <= rel_tol * limit:
+            break
+        xi = T(xi)
+    else:
+        if len(prof) >= 2 and abs(prof[-2] - limit) > 0:
+            ratio = min(max((prof[-1] - limit) / (prof[-2] - limit), 0.0), 0.9999)
+    return TaggedRequest(
+        residual_s=chain.mean_residual_s,
+        full_iterations=full_iters,
+        full_wait_s=full_iters * float(tau[G]),
+        last_prefill_s=last,
+        decode_step_s=np.asarray(prof),
+        stationary_step_s=limit,
+        tail_ratio=ratio,
+    )
