@@ -1,21 +1,33 @@
 """Simulator speed: 100,000 requests per configuration and load (prints wall time).
 
 Each run is timed with the decode-only skip-ahead (the default) and without it (every
-iteration stepped); both give the same per-request times.
+iteration stepped); both give the same per-request times. ``--engine`` instead times the
+engine loop alone (``run_engine`` on pre-sampled requests, median of 3) in iterations
+per second, beside a bare ``heapq`` event loop (one pop and one push per event, the
+floor of any Python discrete-event loop) measured in the same run.
 
-python benchmarks/bench_simulate.py
+python benchmarks/bench_simulate.py [--engine]
 """
 
 from __future__ import annotations
 
+import heapq
+import random
+import statistics
+import sys
 import time
+
+import numpy as np
 
 from hardware.device import load_device
 from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
 from perfmodel.serving import service as q
+from perfmodel.serving.servemix import DEFAULT_WATERMARK
+from perfmodel.sim.engine import run_engine
 from perfmodel.sim.simulate import make_setup, simulate_workload
 from perfmodel.step.instance import Instance
+from perfmodel.step.table import build_step_table
 from perfmodel.workload.presets import preset
 
 N = 100_000
@@ -54,5 +66,64 @@ def main() -> None:
                 )
 
 
+def bare_event_loop_per_s(events: int = 1_000_000, pending: int = 64) -> float:
+    """Events per second of a bare heapq loop: pop the next event, push its successor."""
+    rng = random.Random(0)
+    heap = [(rng.random(), i) for i in range(pending)]
+    heapq.heapify(heap)
+    pop, push, rnd = heapq.heappop, heapq.heappush, rng.random
+    t0 = time.perf_counter()
+    for _ in range(events):
+        t, i = pop(heap)
+        push(heap, (t + rnd(), i))
+    return events / (time.perf_counter() - t0)
+
+
+def engine_rates(n_requests: int = 20_000, repeats: int = 3) -> list[tuple[str, float]]:
+    """(case, median iterations/s of run_engine) for Llama-3.1-8B on one H100, chat."""
+    m, d, plan, w = (
+        load_model("llama-3.1-8b"),
+        load_device("h100-sxm"),
+        ParallelPlan(tp=1),
+        preset("chat"),
+    )
+    inst = Instance(m, d, plan)
+    sr = q.service_rate(inst, w)
+    M, B = sr.kv_capacity_tokens, 8192
+    table = build_step_table(inst, B)
+    out = []
+    for u in (0.3, 0.8):
+        rng = np.random.default_rng(0)
+        s_in, o_out = w.lengths.sample(n_requests, rng)
+        arr = w.arrivals(u * sr.rate_per_s).times_s(n_requests, rng)
+        for skip in (True, False):
+            rates = []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                r = run_engine(
+                    table, arr, s_in, o_out, kv_capacity_tokens=M, max_batched_tokens=B,
+                    chunk_size=B, reserve_tokens=int(DEFAULT_WATERMARK * M),
+                    max_time_s=float("inf"), queue_samples=2000, skip_ahead=skip,
+                )  # fmt: skip
+                rates.append(r.iterations / (time.perf_counter() - t0))
+            out.append(
+                (
+                    f"ρ={u:.1f} {'skip-ahead' if skip else 'every iteration'}",
+                    statistics.median(rates),
+                )
+            )
+    return out
+
+
+def engine_report() -> None:
+    bare = statistics.median(bare_event_loop_per_s() for _ in range(3))
+    print(f"bare heapq event loop: {bare / 1e6:.2f} M events/s (median of 3)")
+    for case, rate in engine_rates():
+        print(
+            f"run_engine llama-3.1-8b 1xh100-sxm chat {case}: {rate / 1e6:.2f} M iterations/s "
+            f"({bare / rate:.1f}x the bare loop's time per event)"
+        )
+
+
 if __name__ == "__main__":
-    main()
+    engine_report() if "--engine" in sys.argv else main()

@@ -9,7 +9,7 @@ import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -167,8 +167,9 @@ class PerfModelErrorPath(PerfModelError):
     """An output path that cannot be written."""
 
 
-def write_atomic(path: Path, text: str, *, force: bool) -> None:
-    """Write ``text`` to ``path`` via a temporary file; refuse to overwrite without force."""
+def write_atomic(path: Path, text: str | Iterable[str], *, force: bool) -> None:
+    """Write ``text`` (or its chunks, in order) to ``path`` via a temporary file; refuse to
+    overwrite without force."""
     if path.exists() and not force:
         raise FileExistsError(f"{path} exists; pass --force to overwrite it")
     if not path.parent.exists():
@@ -176,7 +177,7 @@ def write_atomic(path: Path, text: str, *, force: bool) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+            f.write(text) if isinstance(text, str) else f.writelines(text)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; a report should be readable

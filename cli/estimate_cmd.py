@@ -2,20 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
 from cli.options import DEFAULT_HARDWARE, DEFAULT_MODEL
-from hardware.device import load_device
-from perfmodel.estimate import Estimate, estimate
-from perfmodel.memory import describe_shortfall
-from perfmodel.model import load_model
-from perfmodel.plan import ParallelPlan
-from perfmodel.step.instance import Instance
-from perfmodel.step.time import StepTime
 from perfmodel.units import GiB, ms
+
+if TYPE_CHECKING:  # the library imports numpy: loaded when the command runs
+    from perfmodel.estimate import Estimate
+    from perfmodel.step.time import StepTime
 
 
 def _breakdown(step: StepTime) -> list[dict[str, object]]:
@@ -96,6 +93,13 @@ def estimate_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Estimate TTFT, TPOT, throughput and memory fit for one static batch."""
+    from hardware.device import load_device
+    from perfmodel.estimate import estimate
+    from perfmodel.memory import describe_shortfall
+    from perfmodel.model import load_model
+    from perfmodel.plan import ParallelPlan
+    from perfmodel.step.instance import Instance
+
     for name, v in (
         ("--tp", tp),
         ("--pp", pp),

@@ -14,14 +14,17 @@ from typer.core import Abort, TyperGroup
 from cli import (
     cache_cmd,
     capacity_cmd,
+    claims_cmd,
     dispatch_cmd,
     estimate_cmd,
     hardware_cmd,
     model_cmd,
     pd_cmd,
     phase_cmd,
+    plan_cmd,
     predict_cmd,
     profile_cmd,
+    sweep_cmd,
 )
 
 _TYPE_WORDS = {
@@ -130,6 +133,7 @@ def _root(
     set_no_limits(no_limits)
 
 
+app.command("plan")(plan_cmd.plan_cmd)
 app.add_typer(hardware_cmd.app, name="hardware")
 app.add_typer(model_cmd.app, name="model")
 app.add_typer(predict_cmd.app, name="predict")
@@ -141,6 +145,8 @@ app.command("capacity")(capacity_cmd.capacity_cmd)
 app.command("simulate")(capacity_cmd.simulate_cmd)
 app.add_typer(pd_cmd.app, name="pd")
 app.add_typer(phase_cmd.app, name="phase")
+app.command("sweep")(sweep_cmd.sweep_cmd)
+app.add_typer(claims_cmd.app, name="claims")
 
 
 def main() -> None:

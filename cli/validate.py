@@ -103,6 +103,9 @@ RULES: dict[str, Rule] = {
     "sim_rows": _r(0, 10_000, work_hi=64, why="simulated rows"),
     "sim_requests": _r(0, 100_000_000, work_hi=1_000_000, why="requests per simulated cell"),
     "max_gpus": _r(1, 1_000_000),
+    "headroom": _r(1, 1000),  # plan: capacity for rate x headroom (a burst factor >= 1)
+    "buckets": _r(1, 1000, work_hi=64, why="request buckets of the fleet MILP"),
+    "workers": _r(1, 1024),
     "price_per_hour_usd": _r(0, 1_000_000.0, lo_open=True),
     "decode_price_per_hour_usd": _r(0, 1_000_000.0, lo_open=True),
 }

@@ -9,6 +9,8 @@ File format (all numbers SI: bytes, B/s, FLOP/s, s, W; a comment gives the human
     role = "train+inference"
     launch_year = 2022
     tdp_w = 700.0
+    idle_w = 80.0               # optional: measured idle draw, W
+    price_per_hour_usd = 3.99   # optional: on-demand $/h of one device (source in sources)
     sources = ["...", ...]
     notes = "..."
 
@@ -122,6 +124,7 @@ class Device:
     host_link: Link
     scale_out: Link | None = None
     tdp_w: float | None = None
+    idle_w: float | None = None  # measured idle draw (W), when published
     launch_year: int | None = None
     role: str = ""
     dies_per_package: int = 1
@@ -146,6 +149,12 @@ class Device:
             v = getattr(self, name)
             if not (v > 0 and math.isfinite(v)):
                 raise SpecError(f"{where}: {name} must be positive, got {v!r}")
+        for name in ("tdp_w", "idle_w", "price_per_hour_usd"):
+            v = getattr(self, name)
+            if v is not None and not (math.isfinite(v) and v >= 0):
+                raise SpecError(f"{where}: {name} must be a number >= 0, got {v!r}")
+        if self.idle_w is not None and self.tdp_w is not None and self.idle_w > self.tdp_w:
+            raise SpecError(f"{where}: idle_w {self.idle_w} exceeds tdp_w {self.tdp_w}")
         if self.dies_per_package < 1:
             raise SpecError(f"{where}: package.dies must be >= 1")
 
@@ -246,6 +255,7 @@ def device_from_dict(data: dict[str, Any], *, path: str = "") -> Device:
         host_link=host or Link("none", 0.0, 0.0),
         scale_out=_link(data.get("scale_out"), f"{where} [scale_out]", default_topology="switched"),
         tdp_w=_num(data, "tdp_w", where, float("nan")) if "tdp_w" in data else None,
+        idle_w=_num(data, "idle_w", where) if "idle_w" in data else None,
         launch_year=_count(data, "launch_year", where, 0) if "launch_year" in data else None,
         dies_per_package=_count(package, "dies", f"{where} [package]", 1),
         die_link_bw_per_direction_bytes_per_s=(

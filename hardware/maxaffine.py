@@ -184,11 +184,11 @@ def gemm_features(
     k_ = np.asarray(k, dtype=np.float64)
     if np.any(m_ <= 0) or np.any(n_ <= 0) or np.any(k_ <= 0):
         raise SpecError("GEMM dimensions m, n, k must be positive")
-    from hardware.roofline import padded_rows
+    from hardware.roofline import gemm_flops, padded_rows
 
     m_pad = padded_rows(m_) if padded else m_
     cols = np.broadcast_arrays(
-        2.0 * m_pad * n_ * k_, n_ * k_, m_ * (n_ + k_), np.log2(k_), m_pad * n_
+        gemm_flops(m_pad, n_, k_), n_ * k_, m_ * (n_ + k_), np.log2(k_), m_pad * n_
     )
     return np.stack(cols, axis=-1)
 

@@ -129,6 +129,12 @@ def _elem_bytes(dtype: str) -> float:
     return get_dtype(dtype).bytes
 
 
+def gemm_flops(rows: ArrayLike, n: ArrayLike, k: ArrayLike) -> NDArray[np.float64]:
+    """FLOPs of a (rows x k) @ (k x n) GEMM: ``2·rows·n·k`` (a multiply and an add each)."""
+    r = np.asarray(rows, dtype=np.float64)
+    return 2.0 * r * np.asarray(n, dtype=np.float64) * np.asarray(k, dtype=np.float64)
+
+
 def gemm_flops_bytes(
     m: ArrayLike,
     n: ArrayLike,
@@ -146,6 +152,6 @@ def gemm_flops_bytes(
     n_ = np.asarray(n, dtype=np.float64)
     k_ = np.asarray(k, dtype=np.float64)
     wb = act_bytes if weight_bytes is None else weight_bytes
-    flops = 2.0 * padded_rows(m_, max_tile=max_tile) * n_ * k_
+    flops = gemm_flops(padded_rows(m_, max_tile=max_tile), n_, k_)
     bytes_ = act_bytes * (m_ * k_ + m_ * n_) + wb * k_ * n_
     return flops, bytes_

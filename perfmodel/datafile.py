@@ -43,8 +43,8 @@ _UTF8_BOM = b"\xef\xbb\xbf"
 _UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
 
 
-def read_text(path: str | Path, *, what: str, max_bytes: int = MAX_FILE_BYTES) -> str:
-    """The text of a UTF-8 file (BOM stripped, line ends kept) or a SpecError line."""
+def check_file(path: str | Path, *, what: str, max_bytes: int = MAX_FILE_BYTES) -> None:
+    """A regular file no larger than ``max_bytes`` (for readers with their own fast path)."""
     p = Path(path)
     try:
         st = p.stat()
@@ -59,6 +59,12 @@ def read_text(path: str | Path, *, what: str, max_bytes: int = MAX_FILE_BYTES) -
             f"{p}: {what} is {st.st_size / MiB:.0f} MiB, over the {max_bytes / MiB:.0f} MiB "
             "limit; pass a smaller file"
         )
+
+
+def read_text(path: str | Path, *, what: str, max_bytes: int = MAX_FILE_BYTES) -> str:
+    """The text of a UTF-8 file (BOM stripped, line ends kept) or a SpecError line."""
+    p = Path(path)
+    check_file(p, what=what, max_bytes=max_bytes)
     try:
         with p.open("rb") as f:
             raw = f.read(max_bytes + 1)

@@ -59,8 +59,14 @@ class PDCell:
     decode: str
     note: str
 
+    @property
+    def margin(self) -> float | None:
+        """Distance to the boundary: ``gain − 1`` (> 0: disaggregation serves more per GPU);
+        None unless both sides are feasible."""
+        return None if self.gain is None else self.gain - 1.0
+
     def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
+        return {**vars(self), "margin": self.margin}
 
 
 @dataclass(frozen=True)

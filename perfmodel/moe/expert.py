@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 
 from hardware.device import Device
 from hardware.maxaffine import GEMM_TILE_ROWS, MaxAffine, Provenance
-from hardware.roofline import Roofline, padded_rows
+from hardware.roofline import Roofline, gemm_flops, padded_rows
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec
@@ -49,6 +49,11 @@ def expert_shape(model: ModelSpec, tp: int = 1) -> tuple[int, int, int]:
     return model.hidden, model.moe.expert_intermediate // tp, mats
 
 
+def expert_weight_elems(hidden: int, inter: float, mats: int) -> float:
+    """Weight elements of one routed expert: ``mats`` matrices of ``hidden × inter``."""
+    return float(mats * hidden * inter)
+
+
 def derived_expert_profile(
     device: Device,
     hidden: int,
@@ -62,8 +67,9 @@ def derived_expert_profile(
     """Roofline-implied ``t = max(a + b·G, c + β·N)`` for one device's expert block."""
     prof = roofline or Roofline(device)
     w = get_dtype(weight_dtype).bytes
-    expert_bytes = mats * hidden * inter * w
-    flops_per_token = 2.0 * mats * hidden * inter
+    elems = expert_weight_elems(hidden, inter, mats)
+    expert_bytes = elems * w
+    flops_per_token = float(gemm_flops(1.0, elems, 1.0))
     # slopes: the roofline's own memory time of one expert's weights and compute time of
     # one token through one expert
     per_g = prof.times(0.0, expert_bytes, dtype=act_dtype)

@@ -26,7 +26,7 @@ from perfmodel.errors import SpecError
 from perfmodel.memory import kv_bytes_per_token_per_device
 from perfmodel.model import ModelSpec
 from perfmodel.plan import ParallelPlan
-from perfmodel.step.instance import PHASE_FEATURES, Instance
+from perfmodel.step.instance import Instance, check_profile_features
 
 Arr = NDArray[np.float64]
 
@@ -64,13 +64,7 @@ class PhaseConfig:
             raise SpecError(
                 f"KV capacity must be a positive number of tokens, got {self.kv_capacity_tokens}"
             )
-        if self.profile is not None:
-            bad = [f for f in self.profile.features if f not in PHASE_FEATURES]
-            if bad:
-                raise SpecError(
-                    f"{self.phase} profile feature(s) {', '.join(bad)} unknown; a phase "
-                    f"profile uses {', '.join(PHASE_FEATURES)}"
-                )
+        check_profile_features(self.profile, self.phase)
 
     @property
     def gpus(self) -> int:

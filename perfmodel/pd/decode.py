@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy import stats
+from scipy.special import log_ndtr, ndtr  # scipy.stats costs ~1 s of import
 
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.memory import memory_fit
@@ -103,7 +103,7 @@ class DecodeProfile:
         mean = np.full(
             n.shape, self.step_at(min(nbar + 1.0, self.slots) if slot_limit else nbar + 1)
         )
-        base = stats.norm.cdf((x_s - mean) / sigma)
+        base = ndtr((x_s - mean) / sigma)  # the normal CDF
         if not slot_limit:
             return float(np.dot(w, base))
         # admission wait: M/G/c, Erlang C with the Allen–Cunneen factor
@@ -223,12 +223,22 @@ def decode_profile(
     )
 
 
+def exponnorm_cdf(x: float, K: Arr, *, loc: Arr, scale: Arr) -> Arr:
+    """``scipy.stats.exponnorm.cdf(x, K, loc, scale)``, the same operations as SciPy's
+    (``Φ(z) − exp(K⁻¹(K⁻¹/2 − z) + log Φ(z − K⁻¹))``, ``z = (x − loc)/scale``); NaN where
+    ``K ≤ 0`` or ``scale ≤ 0``, as SciPy returns."""
+    z = (x - loc) / scale
+    inv_k = 1.0 / K
+    cdf = ndtr(z) - np.exp(inv_k * (0.5 * inv_k - z) + log_ndtr(z - inv_k))
+    return np.where((K > 0) & (scale > 0), cdf, np.nan)
+
+
 def _emg_cdf(x: float, mean: Arr, sigma: Arr, theta: Arr) -> Arr:
     """CDF of Normal(mean, sigma²) + Exponential(mean theta) (exponentially modified normal)."""
     k = theta / sigma
     narrow = k > 1e3  # the normal is negligible next to the exponential
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-        emg = stats.exponnorm.cdf(x, np.where(narrow, 1.0, k), loc=mean, scale=sigma)
+        emg = exponnorm_cdf(x, np.where(narrow, 1.0, k), loc=mean, scale=sigma)
         expo = np.where(x > mean, -np.expm1(-(x - mean) / theta), 0.0)
     return np.where(narrow, expo, emg)
 

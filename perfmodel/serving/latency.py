@@ -53,9 +53,7 @@ from scipy.special import gammainc
 
 from perfmodel.serving.classic_queues import erlang_c
 from perfmodel.serving.operating_point import operating_point
-from perfmodel.serving.prefill_chain import (
-    prompt_law,
-)
+from perfmodel.serving.prefill_chain import PromptLaw, prompt_law
 from perfmodel.serving.servemix import (
     PROMPT_BINS,
     RequestMoments,
@@ -69,6 +67,37 @@ Arr = NDArray[np.float64]
 
 
 PERCENTILES = (0.5, 0.9, 0.99)
+
+
+@dataclass(frozen=True)
+class _LengthAtoms:
+    """What the model takes from a length distribution (the same at every rate)."""
+
+    prompts: PromptLaw
+    decode_steps: Arr  # atoms of o − 1
+    decode_weights: Arr
+    prompt_tokens: Arr  # ≤ PROMPT_BINS prompt atoms
+    prompt_weights: Arr
+
+
+_ATOMS: dict[int, tuple[LengthDistribution, _LengthAtoms]] = {}
+_ATOMS_KEPT = 16
+
+
+def _length_atoms(lengths: LengthDistribution) -> _LengthAtoms:
+    """:class:`_LengthAtoms` of ``lengths``, computed once per distribution object (a
+    search evaluates the same workload at dozens of rates; a trace has 10⁵ atoms)."""
+    hit = _ATOMS.get(id(lengths))
+    if hit is not None and hit[0] is lengths:
+        return hit[1]
+    prompts = prompt_law(lengths)
+    n_all, w_all = compress_atoms(lengths.output_tokens - 1, lengths.weights, PROMPT_BINS * 2)
+    s_vals, s_w = compress_atoms(prompts.tokens, prompts.weights, PROMPT_BINS)
+    atoms = _LengthAtoms(prompts, n_all, w_all, s_vals, s_w)
+    if len(_ATOMS) >= _ATOMS_KEPT:
+        _ATOMS.pop(next(iter(_ATOMS)))
+    _ATOMS[id(lengths)] = (lengths, atoms)
+    return atoms
 
 
 @dataclass(frozen=True)
@@ -183,8 +212,8 @@ def estimate_latency(
     m = moments
     if not stable:
         return _unbounded(lam)
-    prompts = prompt_law(lengths)
-    n_all, w_all = compress_atoms(lengths.output_tokens - 1, lengths.weights, PROMPT_BINS * 2)
+    atoms = _length_atoms(lengths)
+    prompts, n_all, w_all = atoms.prompts, atoms.decode_steps, atoms.decode_weights
     op = operating_point(
         inst,
         prompts,
@@ -200,7 +229,7 @@ def estimate_latency(
     chain, tag, tau_plus = op.chain, op.tagged, op.decode_step_s
     b = chain.mean_step_s
     n_d = chain.decode_seqs
-    s_vals, s_w = compress_atoms(prompts.tokens, prompts.weights, PROMPT_BINS)
+    s_vals, s_w = atoms.prompt_tokens, atoms.prompt_weights
     it = lumped_iteration(inst, s_vals, m, decode_seqs=n_d, max_batched_tokens=B)
     d_s, delta = it.prompt_s, it.prompt_extra_s
     # KV memory (Erlang C over mean-footprint slots).

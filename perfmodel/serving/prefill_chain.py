@@ -52,6 +52,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -228,6 +230,14 @@ def prefill_step_s(
     return np.asarray(inst.iteration_s(batch), dtype=np.float64)
 
 
+@cache
+def _blas_controller() -> Any:
+    """The process's BLAS/OpenMP thread pools (scanned once: the scan costs milliseconds)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
 def _stationary(arrivals: Arr) -> Arr:
     """``π`` with ``π·T = π``: a banded linear solve (LAPACK ``gbsv``).
 
@@ -235,7 +245,7 @@ def _stationary(arrivals: Arr) -> Arr:
     ``T − I`` is ``n − 1``): what is left only involves ``T[i, j]`` with
     ``i − G ≤ j ≤ i + w`` (a full iteration serves ``G`` grid steps; ``w`` is the reach of
     one iteration's arrivals, pmf entries below ``1e-15`` dropped), a band of ``G + w``
-    diagonals — ``O(n·w·(G + w))`` work whatever the load.
+    diagonals — ``O(n·w·(G + w))`` work whatever the load, on one BLAS thread.
     """
     G = arrivals.shape[0] - 1
     n = arrivals.shape[1]
@@ -258,7 +268,10 @@ def _stationary(arrivals: Arr) -> Arr:
     ab[up + 1, : n - 2] -= 1.0  # the diagonal −π_j: M[j, j − 1] for j = 1 … n − 2
     rhs = -np.where(body[0] > _TINY, body[0], 0.0)
     rhs[0] += 1.0
-    x = solve_banded((lo, up), ab, rhs, check_finite=False)
+    # one BLAS thread: a band this small is latency-bound, and OpenBLAS's threads spin
+    # (10x the CPU time, seconds of wall time on a shared machine)
+    with _blas_controller().limit(limits=1, user_api="blas"):
+        x = solve_banded((lo, up), ab, rhs, check_finite=False)
     pi = np.maximum(np.concatenate([[1.0], x]), 0.0)
     return pi / pi.sum()
 

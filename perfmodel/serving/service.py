@@ -70,11 +70,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from hardware.device import Device
 from perfmodel.errors import SpecError
 from perfmodel.memory import DEFAULT_MAX_BATCHED_TOKENS
-from perfmodel.model import ModelSpec
-from perfmodel.plan import ParallelPlan
 from perfmodel.serving.classic_queues import (
     nie_memory_rate_per_s,
     renewal_mean_age,
@@ -90,13 +87,13 @@ from perfmodel.serving.servemix import (
     poisson_iteration_s,
     request_moments,
 )
-from perfmodel.step.instance import Instance
+from perfmodel.step.instance import Instance, OnInstance
 from perfmodel.workload.arrivals import check_rate
 from perfmodel.workload.presets import Workload
 
 
 @dataclass(frozen=True)
-class ServiceRate:
+class ServiceRate(OnInstance):
     """The stable service rate of one instance and what bounds it."""
 
     instance: Instance
@@ -116,18 +113,6 @@ class ServiceRate:
     moments: RequestMoments
     effective_kv_tokens: float = 0.0  # M_eff = M − watermark·M − E[c²]/(2E[c]) (× pp)
     admission_slack_tokens: float = 0.0  # E[c²]/(2E[c]): KV left free by FIFO admission
-
-    @property
-    def model(self) -> ModelSpec:
-        return self.instance.model
-
-    @property
-    def device(self) -> Device:
-        return self.instance.device
-
-    @property
-    def plan(self) -> ParallelPlan:
-        return self.instance.plan
 
     @property
     def largest_request_fits(self) -> bool:

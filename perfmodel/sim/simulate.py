@@ -23,7 +23,7 @@ The engine is modeled on vLLM's V1 scheduler, one iteration at a time:
 A request whose ``s + o`` exceeds ``M`` could never finish; it is rejected on
 arrival and counted. TPOT of a request is ``(finish − first token)/(o − 1)`` for
 ``o ≥ 2``. Time is continuous; randomness is only in the inputs (seeded). The loop itself
-(scalar per-request state, exact decode-only skip-ahead) is :mod:`perfmodel.simengine`.
+(scalar per-request state, exact decode-only skip-ahead) is :mod:`perfmodel.sim.engine`.
 """
 
 from __future__ import annotations
@@ -167,7 +167,7 @@ def simulate(
     """Run the engine on the given requests (arrival times non-decreasing).
 
     ``skip_ahead`` advances runs of identical decode-only iterations in one vectorized
-    step (exact; see :mod:`perfmodel.simengine`); ``False`` steps every iteration.
+    step (exact; see :mod:`perfmodel.sim.engine`); ``False`` steps every iteration.
     """
     arr = np.asarray(arrival_s, dtype=np.float64)
     s_in = np.asarray(input_tokens, dtype=np.int64)

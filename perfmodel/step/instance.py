@@ -64,6 +64,18 @@ def phase_features(batch: Batch) -> dict[str, Arr]:
     }
 
 
+def check_profile_features(profile: MaxAffine | None, what: str = "iteration") -> None:
+    """A calibrated iteration profile may use only :data:`PHASE_FEATURES`."""
+    if profile is None:
+        return
+    bad = [f for f in profile.features if f not in PHASE_FEATURES]
+    if bad:
+        raise SpecError(
+            f"{what} profile feature(s) {', '.join(bad)} unknown; a {what} profile uses "
+            f"{', '.join(PHASE_FEATURES)}"
+        )
+
+
 @dataclass(frozen=True)
 class Instance:
     """A model served on ``plan.devices`` devices of one type, as one engine instance."""
@@ -75,13 +87,7 @@ class Instance:
 
     def __post_init__(self) -> None:
         self.model.check_tp(self.plan.tp)
-        if self.profile is not None:
-            bad = [f for f in self.profile.features if f not in PHASE_FEATURES]
-            if bad:
-                raise SpecError(
-                    f"iteration profile feature(s) {', '.join(bad)} unknown; an iteration "
-                    f"profile uses {', '.join(PHASE_FEATURES)}"
-                )
+        check_profile_features(self.profile)
 
     @property
     def devices(self) -> int:
@@ -136,3 +142,21 @@ class Instance:
 
     def with_plan(self, plan: ParallelPlan) -> Instance:
         return Instance(self.model, self.device, plan, self.profile)
+
+
+class OnInstance:
+    """Mixin for results that carry an ``instance``: its model, device and plan."""
+
+    instance: Instance
+
+    @property
+    def model(self) -> ModelSpec:
+        return self.instance.model
+
+    @property
+    def device(self) -> Device:
+        return self.instance.device
+
+    @property
+    def plan(self) -> ParallelPlan:
+        return self.instance.plan

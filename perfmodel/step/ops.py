@@ -28,10 +28,11 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
-from hardware.roofline import gemm_flops_bytes, padded_rows
+from hardware.roofline import gemm_flops, gemm_flops_bytes, padded_rows
 from perfmodel.memory import kv_elems_per_token_per_layer_per_device
 from perfmodel.model import ModelSpec
 from perfmodel.moe.distinct import distinct_experts_uniform
+from perfmodel.moe.expert import expert_weight_elems
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
 
@@ -148,9 +149,8 @@ def mlp_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op]:
         rows = T * k
         per_expert = np.where(active > 0, rows / np.maximum(active, 1e-12), 0.0)
         padded = active * padded_rows(per_expert)
-        mats = up + 1
-        expert_w = mats * h * inter
-        flops = 2.0 * padded * expert_w
+        expert_w = expert_weight_elems(h, inter, up + 1)
+        flops = gemm_flops(padded, expert_w, 1.0)
         bytes_ = (
             active * expert_w * plan.weight_bytes + rows * (2 * h + 2 * up * inter) * plan.act_bytes
         )

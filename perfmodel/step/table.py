@@ -23,11 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from hardware.device import Device
-from perfmodel.model import ModelSpec
-from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
-from perfmodel.step.instance import Instance
+from perfmodel.step.instance import Instance, OnInstance
 from perfmodel.step.time import StepTime
 
 Arr = NDArray[np.float64]
@@ -45,7 +42,7 @@ def _sum_ops(st: StepTime, names: tuple[str, ...], include: bool) -> Arr:
 
 
 @dataclass(frozen=True)
-class StepTable:
+class StepTable(OnInstance):
     instance: Instance
     max_tokens: int
     token_s: Arr  # index T
@@ -57,18 +54,6 @@ class StepTable:
     attn_overhead_s: float
     exact: bool
     max_rel_error: float
-
-    @property
-    def model(self) -> ModelSpec:
-        return self.instance.model
-
-    @property
-    def device(self) -> Device:
-        return self.instance.device
-
-    @property
-    def plan(self) -> ParallelPlan:
-        return self.instance.plan
 
     def time_s(
         self,
@@ -103,6 +88,34 @@ class StepTable:
         c = self.attn_prefill_pair_s * prefill_pairs + self.attn_decode_pair_s * decode_pairs
         m = self.attn_kv_token_s * kv_read_tokens + self.attn_token_s * tokens
         return float(self.token_s[tokens] + self.rows_s[rows]) + max(c, m) + self.attn_overhead_s
+
+    def iteration_fn(self) -> Callable[[int, int, float, float, float, int, int, int], float]:
+        """:meth:`time_s` as a plain function of positional arguments, for the simulator.
+
+        Equal bit for bit to ``time_s`` (the same float operations, the tables read as
+        Python floats: no numpy scalar per call); a subclass overriding :meth:`time_s`
+        or a non-``exact`` table goes through it.
+        """
+        if not self.exact or type(self).time_s is not StepTable.time_s:
+            tt = self.time_s
+            return lambda tok, rows, pp, dp, kv, ptok, pseq, dseq: tt(
+                tok, rows, pp, dp, kv, prefill_tokens=ptok, prefill_seqs=pseq, decode_seqs=dseq
+            )
+        token_s, rows_s = self.token_s.tolist(), self.rows_s.tolist()
+        a_pp, a_dp = float(self.attn_prefill_pair_s), float(self.attn_decode_pair_s)
+        a_kv, a_tok = float(self.attn_kv_token_s), float(self.attn_token_s)
+        over = float(self.attn_overhead_s)
+
+        def time_s(
+            tokens: int, rows: int, pp: float, dp: float, kv: float, _pt: int, _ps: int, _ds: int
+        ) -> float:
+            if tokens <= 0:
+                return 0.0
+            c = a_pp * pp + a_dp * dp
+            m = a_kv * kv + a_tok * tokens
+            return token_s[tokens] + rows_s[rows] + max(c, m) + over
+
+        return time_s
 
     def decode_step_fn(self, seqs: int) -> Callable[[int], float]:
         """``x ↦`` time of one decode-only iteration of ``seqs`` requests with total context ``x``.

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import math
 
-from scipy import optimize, stats
+from scipy import optimize
+from scipy.special import ndtr  # = scipy.stats.norm.cdf, without importing scipy.stats (1 s)
 
 from perfmodel.errors import SpecError
 from perfmodel.workload.lengths import LengthDistribution, TruncLogNormal, lognormal_lengths
@@ -33,8 +34,8 @@ def planner_lengths(name: str, atoms: int = PLANNER_ATOMS) -> LengthDistribution
 
 def _trunc_lognormal_mean(mu: float, sigma: float, lo: int, hi: int) -> float:
     a, b = ((math.log(v) - mu) / sigma for v in (lo, hi))
-    z = stats.norm.cdf(b) - stats.norm.cdf(a)
-    return math.exp(mu + sigma**2 / 2) * (stats.norm.cdf(b - sigma) - stats.norm.cdf(a - sigma)) / z
+    z = ndtr(b) - ndtr(a)
+    return math.exp(mu + sigma**2 / 2) * (ndtr(b - sigma) - ndtr(a - sigma)) / z
 
 
 def _fit_mu(mean: float, sigma: float, lo: int, hi: int) -> float:

@@ -220,4 +220,25 @@ def test_base_imports_nothing_heavy() -> None:
 
 def test_cli_startup_does_not_import_plotly_or_pulp() -> None:
     mods = _modules_after("import cli.main")
-    assert not {"plotly", "pulp", "highspy", "networkx"} & mods
+    assert not {"numpy", "scipy", "plotly", "pulp", "highspy", "networkx"} & mods
+
+
+def _modules_after_command(*args: str) -> set[str]:
+    """Modules loaded by running ``perfmodel ARGS`` in a fresh interpreter."""
+    return _modules_after(
+        "from typer.testing import CliRunner; from cli.main import app; "
+        f"r = CliRunner().invoke(app, {list(args)!r}); assert r.exit_code == 0, r.output"
+    )
+
+
+def test_help_and_catalog_listings_import_no_numerics() -> None:
+    """Start-up cost: `--help`, `hardware list` and `model list` need neither numpy nor
+    scipy (numpy alone is ~0.1 s of import, scipy.special ~0.2 s, scipy.stats ~1 s)."""
+    for args in (("--help",), ("hardware", "list"), ("model", "list")):
+        mods = _modules_after_command(*args)
+        assert not {"numpy", "scipy", "plotly", "pulp"} & mods, args
+
+
+def test_capacity_imports_no_stats_plotting_or_solver() -> None:
+    mods = _modules_after_command("capacity")
+    assert not {"scipy.stats", "plotly", "pulp", "highspy"} & mods

@@ -1,0 +1,72 @@
+"""``perfmodel sweep SPEC.toml``: static-batch estimates over a grid, serial or on Dask."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cli.common import JsonOpt, echo_json, fail, handle_errors, stderr_isatty
+
+
+@handle_errors
+def sweep_cmd(
+    spec_file: Annotated[Path, typer.Argument(help="Sweep TOML: chunk = N and a [grid] table.")],
+    out: Annotated[Path, typer.Option(help="Results: JSON lines (.jsonl) or CSV (.csv).")],
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            help="serial, local (a LocalCluster, one worker process per core) or a "
+            "scheduler address tcp://host:8786. Default: local if dask is installed."
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Worker processes of the LocalCluster (default: cores).")
+    ] = None,
+    resume: Annotated[
+        bool, typer.Option(help="Continue an interrupted sweep of the same spec into --out.")
+    ] = True,
+    force: Annotated[bool, typer.Option(help="Discard an existing --out and start over.")] = False,
+    json_out: bool = JsonOpt,
+) -> None:
+    """Run `estimate` on every configuration of a grid, in chunks, streaming the rows to
+    one file in grid order; an interrupted sweep resumes where its file ends.
+
+    SPEC.toml: `chunk = 2000` and a `[grid]` table whose keys (model, hardware, tp, pp,
+    dtype, act_dtype, kv_dtype, batch, input_len, output_len) are values or lists; the
+    grid is their product, output_len varying fastest."""
+    from reports.sweep.run import dask_available, run_sweep
+    from reports.sweep.spec import load_spec
+
+    spec = load_spec(spec_file)
+    if scheduler is None:
+        scheduler = "local" if dask_available() else "serial"
+    if scheduler != "serial" and not dask_available():
+        raise fail(
+            f"--scheduler {scheduler} needs dask.distributed: pip install 'perfmodel[dask]' "
+            "(or --scheduler serial)"
+        )
+    if stderr_isatty():
+        with typer.progressbar(length=spec.size, label="sweep", file=sys.stderr) as bar:
+            run = run_sweep(
+                spec,
+                out,
+                scheduler=scheduler,
+                workers=workers,
+                resume=resume,
+                force=force,
+                progress=bar.update,
+            )
+    else:
+        run = run_sweep(spec, out, scheduler=scheduler, workers=workers, resume=resume, force=force)
+    if json_out:
+        echo_json(run.to_dict())
+        return
+    typer.echo(
+        f"{run.configurations:,} configurations in {run.chunks} chunks -> {run.out}: "
+        f"{run.computed_chunks} computed ({run.scheduler}, {run.workers} worker"
+        f"{'s' if run.workers != 1 else ''}), {run.resumed_chunks} already done; "
+        f"{run.wall_s:.1f} s"
+    )

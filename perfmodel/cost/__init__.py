@@ -1,0 +1,1 @@
+"""Money and energy: device prices (catalog, overridable) and a utilization power model."""

@@ -1,0 +1,347 @@
+"""The simulator engine's state and its per-iteration phases (see :mod:`perfmodel.sim.engine`).
+
+:class:`EngineState` holds every request's slot and the engine's counters; one
+iteration is :meth:`~EngineState.arrive`, :meth:`~EngineState.schedule` (the running
+requests' decodes and chunks, with preemption), :meth:`~EngineState.admit` (waiting
+requests, FIFO) and :meth:`~EngineState.step` (the iteration's time and effect). The
+decode-only skip-ahead is :mod:`perfmodel.sim.skip_ahead`. The hot methods copy the
+attributes they touch into locals.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+
+import numpy as np
+from numpy.typing import NDArray
+
+from perfmodel.errors import SpecError
+from perfmodel.step.table import StepTable
+
+Arr = NDArray[np.float64]
+QUEUE_WARMUP = 64  # the first this many iterations are all sampled (and no skip-ahead)
+
+
+class EngineState:
+    """The engine's state. Per slot: for a decoder ``ctx``/``gen`` hold offsets from the
+    global decode counter ``G``, for a prefill absolute values."""
+
+    __slots__ = (
+        "B", "C", "G", "M", "act", "arr", "base_sum", "busy", "ctx", "decode_steps", "dt",
+        "finish", "first", "free", "gen", "gen_done", "gfin", "heap", "isdec", "iterations",
+        "kv_used",
+        "max_time_s", "n", "n_dec", "nxt", "o_out", "out", "preemptions", "pref", "q_every",
+        "q_kv", "q_len", "q_t", "rejected", "rem", "req", "reserve", "retry_at", "s_in",
+        "sample_i", "seq", "seq_of", "t", "table", "tt", "waiting",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        table: StepTable,
+        arrival_s: Arr,
+        input_tokens: NDArray[np.int64],
+        output_tokens: NDArray[np.int64],
+        *,
+        kv_capacity_tokens: int,
+        max_batched_tokens: int,
+        chunk_size: int,
+        reserve_tokens: int,
+        max_time_s: float,
+        queue_samples: int,
+    ) -> None:
+        self.M, self.B, self.C = kv_capacity_tokens, max_batched_tokens, chunk_size
+        self.reserve, self.max_time_s = reserve_tokens, max_time_s
+        self.arr: list[float] = arrival_s.tolist()
+        self.s_in: list[int] = input_tokens.tolist()
+        self.o_out: list[int] = output_tokens.tolist()
+        self.n = n = len(self.arr)
+        self.first = [math.inf] * n
+        self.finish = [math.inf] * n
+        self.gen_done = [0] * n  # tokens generated, kept across a preemption
+        self.table, self.tt = table, table.iteration_fn()
+        self.decode_steps: dict[int, Callable[[int], float]] = {}  # decoders -> step time fn
+        self.req: list[int] = []
+        self.ctx: list[int] = []
+        self.rem: list[int] = []
+        self.gen: list[int] = []
+        self.out: list[int] = []
+        self.gfin: list[int] = []  # decoder: the value of G at which it has generated `out`
+        self.seq_of: list[int] = []
+        self.isdec: list[bool] = []
+        self.free: list[int] = []
+        self.act: dict[int, None] = {}  # running slots in admission order (newest last)
+        self.pref: dict[int, None] = {}  # running slots still in prefill, admission order
+        self.heap: list[tuple[int, int, int]] = []  # (gfin, seq, slot); stale entries skipped
+        self.n_dec = 0  # decoders
+        self.base_sum = 0  # Σ ctx offsets of the decoders
+        self.G = 0
+        self.waiting: deque[int] = deque()
+        self.nxt = 0
+        self.t = 0.0
+        self.busy = 0.0
+        self.kv_used = 0
+        self.seq = 0
+        self.rejected = self.preemptions = self.iterations = 0
+        self.q_every = max(1, n // max(queue_samples, 1))
+        self.q_t: list[float] = []
+        self.q_len: list[int] = []
+        self.q_kv: list[int] = []
+        self.sample_i = 0
+        self.dt = 0.0  # the last iteration's time
+        self.retry_at = 0  # a decode-only run is known to be impossible before this iteration
+
+    def arrive(self) -> None:
+        """Arrivals up to ``t`` join the queue (a request that can never fit is rejected)."""
+        arr, nxt, n, t = self.arr, self.nxt, self.n, self.t
+        if nxt >= n or arr[nxt] > t:
+            return
+        s_in, o_out, M, waiting = self.s_in, self.o_out, self.M, self.waiting
+        while nxt < n and arr[nxt] <= t:
+            if s_in[nxt] + o_out[nxt] > M:
+                self.rejected += 1
+            else:
+                waiting.append(nxt)
+            nxt += 1
+        self.nxt = nxt
+
+    def sample(self, t: float | None = None, kv: int | None = None) -> None:
+        """One queue sample (time, waiting requests, KV held)."""
+        self.sample_i += 1
+        self.q_t.append(self.t if t is None else t)
+        self.q_len.append(len(self.waiting))
+        self.q_kv.append(self.kv_used if kv is None else kv)
+
+    def valid(self, entry: tuple[int, int, int]) -> bool:
+        g, sq, k = entry
+        return k in self.act and self.isdec[k] and self.seq_of[k] == sq and self.gfin[k] == g
+
+    def preempt_newest(self) -> tuple[int, bool, int]:
+        """Free the most recently admitted running request (vLLM recompute preemption).
+
+        Returns its slot, whether it was decoding, and its context before this iteration.
+        """
+        k = next(reversed(self.act))
+        r = self.req[k]
+        dec = self.isdec[k]
+        if dec:
+            c, g = self.ctx[k] + self.G, self.gen[k] + self.G
+            self.n_dec -= 1
+            self.base_sum -= self.ctx[k]
+        else:
+            c, g = self.ctx[k], self.gen[k]
+            del self.pref[k]
+        self.kv_used -= c
+        self.gen_done[r] = g
+        del self.act[k]
+        self.free.append(k)
+        self.preemptions += 1
+        self.waiting.appendleft(r)
+        return k, dec, c
+
+    def finish_decoders(self) -> None:
+        """Complete the decoders whose generated count reached their output length."""
+        heap, G = self.heap, self.G
+        if not heap or heap[0][0] > G:
+            return
+        ctx, act, free, finish, req, t = (
+            self.ctx,
+            self.act,
+            self.free,
+            self.finish,
+            self.req,
+            self.t,
+        )
+        while heap and heap[0][0] <= G:
+            e = heapq.heappop(heap)
+            if not self.valid(e):
+                continue
+            k = e[2]
+            finish[req[k]] = t
+            self.kv_used -= ctx[k] + G
+            self.n_dec -= 1
+            self.base_sum -= ctx[k]
+            del act[k]
+            free.append(k)
+
+    def schedule(self) -> tuple[int, int, int, list[tuple[int, int]], set[int] | None]:
+        """The running requests' share of the next iteration: decodes (the oldest ``B`` if
+        more), then ongoing prefills' chunks, preempting the newest when the KV is short.
+
+        Returns the decodes, the budget left, their total context, the chunks
+        ``(slot, tokens)`` and the decoders selected when capped (None: all of them).
+        """
+        nd, B, M = self.n_dec, self.B, self.M
+        if nd <= B and not self.pref and self.kv_used + nd <= M:  # the common case
+            self.kv_used += nd
+            return nd, B - nd, self.base_sum + nd * self.G, [], None
+        capped = nd > B
+        sel: set[int] = set()
+        if capped:
+            isdec = self.isdec
+            sel = set([k for k in self.act if isdec[k]][:B])
+            nd = B
+        while nd and self.kv_used + nd > M:
+            v, was_dec, _ = self.preempt_newest()
+            if was_dec and (not capped or v in sel):
+                nd -= 1
+                sel.discard(v)
+        self.kv_used += nd
+        budget = B - nd
+        ctx = self.ctx
+        d_ctx = sum(ctx[k] for k in sel) + nd * self.G if capped else self.base_sum + nd * self.G
+        chunks: list[tuple[int, int]] = []
+        pref, act, rem, C = self.pref, self.act, self.rem, self.C
+        if budget > 0 and pref:
+            for k in list(pref):
+                if budget <= 0:
+                    break
+                if k not in act:
+                    continue
+                c = min(rem[k], C, budget)
+                while self.kv_used + c > M and k in act:
+                    v, was_dec, vctx = self.preempt_newest()
+                    if was_dec and (not capped or v in sel):
+                        sel.discard(v)
+                        nd -= 1
+                        self.kv_used -= 1
+                        budget += 1
+                        d_ctx -= vctx
+                if k not in act:
+                    continue
+                c = min(rem[k], C, budget)
+                chunks.append((k, c))
+                self.kv_used += c
+                budget -= c
+        return nd, budget, d_ctx, chunks, sel if capped else None
+
+    def admit(self, budget: int, chunks: list[tuple[int, int]]) -> int:
+        """Admit waiting requests FIFO while the budget and the KV (less the watermark)
+        allow; their first chunks join ``chunks``. Returns the budget left."""
+        waiting = self.waiting
+        if budget <= 0 or not waiting:
+            return budget
+        s_in, gen_done, o_out, C = self.s_in, self.gen_done, self.o_out, self.C
+        req, ctx, rem, gen, out = self.req, self.ctx, self.rem, self.gen, self.out
+        seq_of, isdec, free, act, pref = self.seq_of, self.isdec, self.free, self.act, self.pref
+        room = self.M - self.reserve
+        kv_used, seq = self.kv_used, self.seq
+        while budget > 0 and waiting:
+            r = waiting[0]
+            rm = s_in[r] + gen_done[r]  # recompute prompt + generated after a preemption
+            c = min(rm, C, budget)
+            if kv_used + c > room:
+                break
+            waiting.popleft()
+            if free:
+                k = free.pop()
+                req[k], ctx[k], rem[k], gen[k], out[k] = r, 0, rm, gen_done[r], o_out[r]
+                seq_of[k], isdec[k] = seq, False
+            else:
+                k = len(req)
+                req.append(r)
+                ctx.append(0)
+                rem.append(rm)
+                gen.append(gen_done[r])
+                out.append(o_out[r])
+                self.gfin.append(0)
+                seq_of.append(seq)
+                isdec.append(False)
+            seq += 1
+            act[k] = None
+            pref[k] = None
+            chunks.append((k, c))
+            kv_used += c
+            budget -= c
+        self.kv_used, self.seq = kv_used, seq
+        return budget
+
+    def step(
+        self, nd: int, d_ctx: int, chunks: list[tuple[int, int]], sel: set[int] | None
+    ) -> None:
+        """Cost the iteration and apply it: decodes advance, chunks complete prefills (the
+        first token), finished requests free their KV."""
+        ctx = self.ctx
+        pre_tok = 0
+        pairs = 0.0
+        kv_read = 0
+        for k, c in chunks:
+            cx = ctx[k]
+            pre_tok += c
+            pairs += c * cx + c * (c + 1) / 2
+            kv_read += cx + c
+        pre_seqs = len(chunks)
+        tokens = nd + pre_tok
+        if tokens == 0:  # nothing fits: the head request waits for memory that never frees
+            if not self.act and self.waiting:
+                raise SpecError("a request cannot be admitted into an empty KV cache")
+            return
+        dt = self.tt(
+            tokens, nd + pre_seqs, pairs, d_ctx + nd, d_ctx + kv_read, pre_tok, pre_seqs, nd
+        )
+        self.dt = dt
+        self.t = self.t + dt
+        self.busy += dt
+        self.iterations += 1
+        if sel is not None:  # decoders left out of the budget do not advance: shift offsets
+            self._hold_unselected(sel)
+        self.G += 1
+        if chunks:
+            self._advance_chunks(chunks)
+        heap = self.heap
+        if heap and heap[0][0] <= self.G:
+            self.finish_decoders()
+
+    def _advance_chunks(self, chunks: list[tuple[int, int]]) -> None:
+        """Chunks done: a prompt finished emits its first token, then decodes or finishes."""
+        ctx, rem, gen, out, req, first = (
+            self.ctx,
+            self.rem,
+            self.gen,
+            self.out,
+            self.req,
+            self.first,
+        )
+        pref, act, free, gfin, seq_of, heap = (
+            self.pref, self.act, self.free, self.gfin, self.seq_of, self.heap
+        )  # fmt: skip
+        t, G = self.t, self.G
+        freed = new_dec = new_base = 0
+        for k, c in chunks:
+            ctx[k] += c
+            rem[k] -= c
+            if rem[k] == 0:
+                gen[k] += 1
+                r = req[k]
+                if first[r] == math.inf:
+                    first[r] = t
+                del pref[k]
+                if gen[k] >= out[k]:
+                    self.finish[r] = t
+                    freed += ctx[k]
+                    del act[k]
+                    free.append(k)
+                else:  # becomes a decoder: store offsets from G
+                    ctx[k] -= G
+                    gen[k] -= G
+                    self.isdec[k] = True
+                    new_dec += 1
+                    new_base += ctx[k]
+                    gfin[k] = out[k] - gen[k]
+                    heapq.heappush(heap, (gfin[k], seq_of[k], k))
+        self.kv_used -= freed
+        self.n_dec += new_dec
+        self.base_sum += new_base
+
+    def _hold_unselected(self, sel: set[int]) -> None:
+        """Decoders beyond the budget keep their context: one step back in offset terms."""
+        ctx, gen, gfin, isdec = self.ctx, self.gen, self.gfin, self.isdec
+        for k in self.act:
+            if isdec[k] and k not in sel:
+                ctx[k] -= 1
+                gen[k] -= 1
+                self.base_sum -= 1
+                gfin[k] += 1
+                heapq.heappush(self.heap, (gfin[k], self.seq_of[k], k))

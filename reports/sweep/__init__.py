@@ -1,0 +1,1 @@
+"""Sweeps of static-batch estimates over a grid of configurations, serial or on Dask."""

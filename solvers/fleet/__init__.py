@@ -1,0 +1,1 @@
+"""Fleet provisioning: the least-cost mix of device types, configurations and roles."""

@@ -1,0 +1,396 @@
+"""The search space of the fleet planner: every feasible instance configuration per device.
+
+For each device type: tensor-parallel degrees within its scale-up domain that the model
+allows, the dtype the device computes in (bf16, else fp16: quantized weights change the
+model's output and are the operator's choice, not the planner's), memory fit and KV
+capacity (``perfmodel.memory``), then the goodput under the SLO from the queueing layer:
+
+* *colocated* instances (chunked prefill): ``perfmodel.queueing.service_rate`` and
+  ``goodput`` (the largest Poisson rate whose SLO attainment meets the goal);
+* *prefill/decode* roles (``--allow-pd``): ``solvers.pd_enumerate.evaluate_options``,
+  whose prefill goodputs depend on the decode class receiving the KV cache (the link).
+
+The preset workloads are discretized on a 64 × 64 grid of mid-quantile atoms for
+planning (the presets use 512 × 512): 16× fewer atoms, goodputs within 4 % of the fine
+grid on Llama-3.1-70B chat (H100 TP4 +0.7 %, MI300X TP1 +3.9 %, A100 TP8 +2.0 %).
+Goodput is searched to 1 % (the capacity command uses 0.1 %).
+Every evaluation is cached on disk (:mod:`solvers.fleet.cache`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from hardware.device import Device
+from perfmodel.errors import InfeasibleError, SpecError
+from perfmodel.model import ModelSpec
+from perfmodel.plan import ParallelPlan
+from perfmodel.workload.lengths import lognormal_lengths
+from perfmodel.workload.presets import PRESETS, Workload
+from perfmodel.workload.slo import SLO
+from solvers.fleet.cache import Job, cached, digest, run_jobs
+
+PLAN_LENGTH_ATOMS = 64
+TP_CANDIDATES = (1, 2, 4, 8)
+GOODPUT_REL_TOL = 0.01
+DEFAULT_MAX_BATCHED_TOKENS = 8192
+ROLES = ("colocated", "prefill", "decode")
+
+
+def planning_workload(name: str, *, arrival_cv: float = 1.0) -> Workload:
+    """A preset workload on the planner's coarser length grid (see the module docstring)."""
+    if name not in PRESETS:
+        raise SpecError(f"unknown workload {name!r}; valid: {', '.join(PRESETS)} (or --trace CSV)")
+    i, o = PRESETS[name]
+    # cached: building the atoms imports scipy.special (0.7 s of a warm plan's start-up)
+    lengths = cached(
+        "workload",
+        digest("lengths", name, i, o, PLAN_LENGTH_ATOMS),
+        functools.partial(lognormal_lengths, i, o, name=name, n=PLAN_LENGTH_ATOMS),
+    )
+    return Workload(name, lengths, arrival_cv)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One instance configuration of one device type in one role, with its goodput."""
+
+    device: Device = field(repr=False)
+    tp: int
+    pp: int
+    dtype: str
+    role: str  # colocated | prefill | decode
+    goodput_per_instance_per_s: float  # largest rate meeting the SLO goal (0: never)
+    capacity_per_instance_per_s: float  # stability limit μ of one instance
+    limiter: str  # what bounds the goodput (compute, memory, ttft, tpot, kv-link, ...)
+    kv_capacity_tokens: int
+    max_batched_tokens: int
+    link_capacity_per_s: float = math.inf  # KV egress (prefill) / ingress (decode)
+    decode_class: str = ""  # PD: the decode class (device/TP) the KV goes to or comes from
+    link: str = ""
+    note: str = ""
+    phase_config: Any = field(default=None, repr=False, compare=False)
+    #: request-size buckets (``--buckets``): goodput and service rate on each bucket alone
+    bucket_goodput_per_s: tuple[float, ...] = ()
+    bucket_capacity_per_s: tuple[float, ...] = ()
+
+    @property
+    def devices(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def feasible(self) -> bool:
+        return self.goodput_per_instance_per_s > 0
+
+    @property
+    def label(self) -> str:
+        pp = f"xPP{self.pp}" if self.pp > 1 else ""
+        return f"{self.device.id} TP{self.tp}{pp} {self.dtype} {self.role}"
+
+    @property
+    def key(self) -> str:
+        return (
+            f"{self.device.id}/tp{self.tp}/pp{self.pp}/{self.dtype}/{self.role}/{self.decode_class}"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "device": self.device.id,
+            "tp": self.tp,
+            "pp": self.pp,
+            "dtype": self.dtype,
+            "role": self.role,
+            "goodput_per_instance_per_s": self.goodput_per_instance_per_s,
+            "capacity_per_instance_per_s": self.capacity_per_instance_per_s,
+            "limiter": self.limiter,
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+            "max_batched_tokens": self.max_batched_tokens,
+            "link_capacity_per_s": (
+                None if math.isinf(self.link_capacity_per_s) else self.link_capacity_per_s
+            ),
+            "decode_class": self.decode_class or None,
+            "link": self.link or None,
+            "note": self.note,
+        }
+
+
+def compute_dtype(device: Device) -> str | None:
+    """bf16 where the device has it, else fp16; None when it has neither."""
+    for dt in ("bf16", "fp16"):
+        try:
+            device.peak(dt)
+        except SpecError:
+            continue
+        return dt
+    return None
+
+
+#: Devices of one PCIe-only server (no scale-up link): TP runs over the host link there
+#: (``hardware.comm.link_for_group``); 8 cards is the usual L40S / H100 PCIe server.
+PCIE_HOST_DEVICES = 8
+
+
+def tp_degrees(model: ModelSpec, device: Device, tps: Sequence[int] = TP_CANDIDATES) -> list[int]:
+    """TP degrees the model allows within one node (scale-up domain, or a PCIe host)."""
+    from hardware.comm import scale_up_domain_size
+
+    domain = scale_up_domain_size(device)
+    if domain == 1:
+        domain = PCIE_HOST_DEVICES
+    out = []
+    for tp in tps:
+        if tp > domain:
+            continue
+        try:
+            model.check_tp(tp)
+        except SpecError:
+            continue
+        out.append(tp)
+    return out
+
+
+def _key_device(d: Device) -> Device:
+    return replace(d, path="")
+
+
+def _evaluate_one(
+    model: ModelSpec, device: Device, plan: ParallelPlan, workload: Workload, slo: SLO, B: int
+) -> Candidate | str:
+    from perfmodel.serving import goodput as q_goodput
+    from perfmodel.serving import service as q
+    from perfmodel.step.instance import Instance
+
+    try:
+        sr = q.service_rate(Instance(model, device, plan), workload, max_batched_tokens=B)
+    except (InfeasibleError, SpecError) as e:
+        return f"{device.id} TP{plan.tp}: {e}"
+    gp = q_goodput.goodput(sr, slo, rel_tol=GOODPUT_REL_TOL)
+    return Candidate(
+        device=device,
+        tp=plan.tp,
+        pp=plan.pp,
+        dtype=plan.weight_dtype,
+        role="colocated",
+        goodput_per_instance_per_s=gp.rate_per_s if gp.feasible else 0.0,
+        capacity_per_instance_per_s=sr.rate_per_s,
+        limiter=sr.binding if gp.feasible else "slo",
+        kv_capacity_tokens=sr.kv_capacity_tokens,
+        max_batched_tokens=B,
+        note=gp.explanation,
+    )
+
+
+def colocated_jobs(
+    model: ModelSpec,
+    workload: Workload,
+    slo: SLO,
+    devices: Sequence[Device],
+    *,
+    max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
+    tps: Sequence[int] = TP_CANDIDATES,
+) -> tuple[list[tuple[Device, Job]], list[str]]:
+    """One cacheable evaluation per (device, TP), and the devices rejected outright."""
+    jobs: list[tuple[Device, Job]] = []
+    rejected: list[str] = []
+    lw = workload.lengths
+    for dev in devices:
+        dt = compute_dtype(dev)
+        if dt is None:
+            rejected.append(f"{dev.id}: no bf16 or fp16 math")
+            continue
+        degrees = tp_degrees(model, dev, tps)
+        if not degrees:
+            rejected.append(f"{dev.id}: no TP degree of {tps} fits its scale-up domain")
+        for tp in degrees:
+            plan = ParallelPlan(tp=tp, weight_dtype=dt, act_dtype=dt, kv_dtype=dt)
+            key = digest(
+                "colocated", model, _key_device(dev), plan, lw.input_tokens, lw.output_tokens,
+                lw.weights, workload.arrival_cv, slo, max_batched_tokens, GOODPUT_REL_TOL,
+            )  # fmt: skip
+            fn = functools.partial(
+                _evaluate_one, model, dev, plan, workload, slo, max_batched_tokens
+            )
+            jobs.append((dev, Job("colocated", key, fn)))
+    return jobs, rejected
+
+
+def colocated_results(
+    jobs: Sequence[tuple[Device, Job]], values: Sequence[Candidate | str]
+) -> tuple[list[Candidate], list[str]]:
+    out: list[Candidate] = []
+    rejected: list[str] = []
+    for (dev, _), r in zip(jobs, values, strict=True):
+        if isinstance(r, str):
+            rejected.append(r)
+        else:
+            out.append(replace(r, device=dev))
+    return out, rejected
+
+
+def evaluate_colocated(
+    model: ModelSpec,
+    workload: Workload,
+    slo: SLO,
+    devices: Sequence[Device],
+    *,
+    max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
+    tps: Sequence[int] = TP_CANDIDATES,
+    use_cache: bool = True,
+) -> tuple[list[Candidate], list[str]]:
+    """Colocated candidates of every device (feasible or not) and the rejected configs."""
+    jobs, rejected = colocated_jobs(
+        model, workload, slo, devices, max_batched_tokens=max_batched_tokens, tps=tps
+    )
+    values = run_jobs([j for _, j in jobs], enabled=use_cache)
+    out, more = colocated_results(jobs, values)
+    return out, rejected + more
+
+
+def pd_job(model: ModelSpec, workload: Workload, slo: SLO, devices: Sequence[Device]) -> Job:
+    """The cacheable evaluation of every prefill and decode configuration."""
+    lw = workload.lengths
+    key = digest(
+        "pd", model, [_key_device(d) for d in devices], lw.input_tokens, lw.output_tokens,
+        lw.weights, slo,
+    )  # fmt: skip
+    return Job("pd", key, functools.partial(_evaluate_pd, model, workload, slo, devices))
+
+
+def evaluate_pd(
+    model: ModelSpec,
+    workload: Workload,
+    slo: SLO,
+    devices: Sequence[Device],
+    *,
+    use_cache: bool = True,
+) -> tuple[list[Candidate], list[str]]:
+    """Prefill and decode candidates, every prefill evaluated against every decode class."""
+    value: tuple[list[Candidate], list[str]] = run_jobs(
+        [pd_job(model, workload, slo, devices)], enabled=use_cache
+    )[0]
+    return value
+
+
+def _evaluate_pd(
+    model: ModelSpec, workload: Workload, slo: SLO, devices: Sequence[Device]
+) -> tuple[list[Candidate], list[str]]:
+    from solvers.pd.enumerate import evaluate_options
+
+    usable = [d for d in devices if compute_dtype(d) == "bf16"]
+    if not usable:
+        return [], ["prefill/decode roles: no device computes in bf16"]
+    try:
+        opts = evaluate_options(
+            model, workload.lengths, slo, prefill_devices=usable, decode_devices=usable
+        )
+    except InfeasibleError as e:
+        return [], [f"prefill/decode roles: {e}"]
+    out: list[Candidate] = []
+    for cls, goods in opts.decode.items():
+        label = f"{cls[0]} TP{cls[1]}"
+        for role, gs in (("decode", goods), ("prefill", opts.prefill.get(cls, []))):
+            for g in gs:
+                c = g.config
+                out.append(
+                    Candidate(
+                        device=c.device,
+                        tp=c.plan.tp,
+                        pp=c.plan.pp,
+                        dtype=c.plan.weight_dtype,
+                        role=role,
+                        goodput_per_instance_per_s=g.rate_per_s if g.feasible else 0.0,
+                        capacity_per_instance_per_s=g.capacity_rate_per_s,
+                        limiter=g.limiter,
+                        kv_capacity_tokens=g.kv_capacity_tokens,
+                        max_batched_tokens=0,
+                        link_capacity_per_s=g.link_capacity_per_s,
+                        decode_class=label,
+                        link=opts.links.get(cls, ""),
+                        note=g.note,
+                        phase_config=c,
+                    )
+                )
+    return out, []
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Requests whose input length is in ``[lo_tokens, hi_tokens]``: a share of the traffic."""
+
+    label: str
+    lo_tokens: int
+    hi_tokens: int
+    weight: float
+    workload: Workload = field(repr=False)
+
+
+def size_buckets(workload: Workload, n: int) -> tuple[Bucket, ...]:
+    """``n`` buckets of (about) equal probability by input length (Mélange's request-size
+    buckets, one-dimensional): each bucket's workload is the conditional length law."""
+    import numpy as np
+
+    from perfmodel.workload.lengths import LengthDistribution
+
+    if n < 1:
+        raise SpecError(f"--buckets must be >= 1, got {n}")
+    lw = workload.lengths
+    order = np.argsort(lw.input_tokens, kind="stable")
+    cdf = np.cumsum(lw.weights[order]) - 0.5 * lw.weights[order]
+    which = np.minimum((cdf * n).astype(int), n - 1)
+    out = []
+    for b in range(n):
+        idx = order[which == b]
+        if idx.size == 0:
+            continue
+        w = lw.weights[idx]
+        s = lw.input_tokens[idx]
+        label = f"input {int(s.min())}-{int(s.max())} tokens"
+        lengths = LengthDistribution(f"{lw.name}[{label}]", s, lw.output_tokens[idx], w / w.sum())
+        out.append(
+            Bucket(
+                label,
+                int(s.min()),
+                int(s.max()),
+                float(w.sum()),
+                Workload(f"{workload.name}[{label}]", lengths, workload.arrival_cv),
+            )
+        )
+    return tuple(out)
+
+
+def with_buckets(
+    cands: Sequence[Candidate],
+    model: ModelSpec,
+    buckets: Sequence[Bucket],
+    slo: SLO,
+    devices: Sequence[Device],
+    *,
+    max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
+    use_cache: bool = True,
+) -> list[Candidate]:
+    """The colocated candidates with their goodput and service rate on every bucket."""
+    per_jobs = [
+        colocated_jobs(model, b.workload, slo, devices, max_batched_tokens=max_batched_tokens)[0]
+        for b in buckets
+    ]
+    values = run_jobs([j for js in per_jobs for _, j in js], enabled=use_cache)
+    per: list[dict[str, Candidate]] = []
+    at = 0
+    for js in per_jobs:
+        cs, _ = colocated_results(js, values[at : at + len(js)])
+        at += len(js)
+        per.append({c.key: c for c in cs})
+    out = []
+    for c in cands:
+        if c.role != "colocated":
+            out.append(c)
+            continue
+        got = [m.get(c.key) for m in per]
+        g = tuple(x.goodput_per_instance_per_s if x else 0.0 for x in got)
+        mu = tuple(x.capacity_per_instance_per_s if x else 0.0 for x in got)
+        out.append(replace(c, bucket_goodput_per_s=g, bucket_capacity_per_s=mu))
+    return out

@@ -1,0 +1,383 @@
+"""The planner: candidates -> fleet MILP -> the recommendation, alternatives, sensitivity.
+
+``plan_fleet`` evaluates every feasible configuration of every device type
+(:mod:`solvers.fleet.candidates`), prices them (``perfmodel.cost``), solves the fleet
+MILP (:mod:`solvers.fleet.milp`) for the mix, then for each device type alone, for
+colocated serving alone and (with ``allow_pd``) for the best disaggregated fleet, and
+re-solves at ±25 % rate. The planned demand is ``rate × headroom``. Comparisons are in
+$/h when every device has a price, in devices otherwise. An infeasible request raises
+``InfeasibleError`` naming the binding constraint and the smallest change that fixes it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from hardware.device import Device
+from perfmodel.cost.power import PoolUse, cost_energy
+from perfmodel.cost.prices import PriceBook
+from perfmodel.errors import InfeasibleError, SpecError
+from perfmodel.model import ModelSpec
+from perfmodel.workload.arrivals import check_rate
+from perfmodel.workload.presets import Workload
+from perfmodel.workload.slo import SLO
+from solvers.fleet.cache import run_jobs
+from solvers.fleet.candidates import (
+    DEFAULT_MAX_BATCHED_TOKENS,
+    Candidate,
+    colocated_jobs,
+    colocated_results,
+    pd_job,
+    size_buckets,
+    with_buckets,
+)
+from solvers.fleet.explain import assumptions, explain, no_candidate, price_flips
+from solvers.fleet.milp import FleetOption, FleetProblem, FleetSolution, solve_fleet
+from solvers.fleet.results import Alternative, Fleet, PlanResult, Pool, Sensitivity
+
+RATE_STEPS = (0.75, 1.25)
+
+
+@dataclass(frozen=True)
+class PlanInputs:
+    """Everything the planner reads."""
+
+    model: ModelSpec
+    workload: Workload
+    slo: SLO
+    rate_per_s: float
+    devices: tuple[Device, ...]
+    prices: PriceBook
+    headroom: float = 1.0
+    allow_pd: bool = True
+    engine: str | None = None
+    max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS
+    time_limit_s: float = 10.0
+    use_cache: bool = True
+    buckets: int = 1  # > 1: route request-size buckets to pools (colocated only)
+
+    def __post_init__(self) -> None:
+        check_rate(self.rate_per_s)
+        if self.buckets < 1:
+            raise SpecError(f"--buckets must be >= 1, got {self.buckets}")
+        if not (math.isfinite(self.headroom) and self.headroom >= 1.0):
+            raise SpecError(f"--headroom must be a burst factor >= 1, got {self.headroom}")
+        if not self.devices:
+            raise SpecError("no devices to plan over; give --devices or price some devices")
+        if self.time_limit_s <= 0:
+            raise SpecError(f"time limit must be > 0 s, got {self.time_limit_s}")
+
+    @property
+    def priced(self) -> bool:
+        return all(self.prices.price(d.id) is not None for d in self.devices)
+
+    @property
+    def demand_per_s(self) -> float:
+        return self.rate_per_s * self.headroom
+
+
+def evaluate(inputs: PlanInputs) -> tuple[list[Candidate], list[str]]:
+    """Every candidate (colocated, and PD roles when allowed) with its goodput.
+
+    The evaluations missing from the cache run in parallel processes (the PD planner's,
+    the longest, together with the colocated ones)."""
+    cache = inputs.use_cache
+    m, w, slo, devs = inputs.model, inputs.workload, inputs.slo, inputs.devices
+    jobs, rejected = colocated_jobs(m, w, slo, devs, max_batched_tokens=inputs.max_batched_tokens)
+    pd = inputs.allow_pd and inputs.buckets == 1
+    extra = [pd_job(m, w, slo, devs)] if pd else []
+    values = run_jobs([*extra, *(j for _, j in jobs)], enabled=cache)
+    cands, more = colocated_results(jobs, values[len(extra) :])
+    rejected += more
+    if inputs.buckets > 1:
+        cands = with_buckets(
+            cands, m, size_buckets(w, inputs.buckets), slo, devs,
+            max_batched_tokens=inputs.max_batched_tokens, use_cache=cache,
+        )  # fmt: skip
+        return cands, rejected  # PD roles are not combined with buckets
+    if pd:
+        pd_cands, why = values[0]
+        by_id = {d.id: d for d in devs}
+        cands += [replace(c, device=by_id.get(c.device.id, c.device)) for c in pd_cands]
+        rejected += why
+    return cands, rejected
+
+
+def _unit_cost(c: Candidate, inputs: PlanInputs) -> float:
+    if inputs.priced:
+        return float(inputs.prices.price(c.device.id) or 0.0) * c.devices
+    return float(c.devices)
+
+
+def build_problem(
+    cands: Sequence[Candidate],
+    inputs: PlanInputs,
+    *,
+    rate_per_s: float | None = None,
+    only_type: str | None = None,
+    roles: tuple[str, ...] = ("colocated", "prefill", "decode"),
+    caps: bool = True,
+) -> tuple[FleetProblem, dict[str, Candidate]]:
+    """The MILP over the feasible candidates (optionally one device type / some roles)."""
+    demand = (rate_per_s or inputs.rate_per_s) * inputs.headroom
+    bucketed = inputs.buckets > 1
+    demands: tuple[float, ...] = (demand,)
+    if bucketed:
+        demands = tuple(demand * b.weight for b in size_buckets(inputs.workload, inputs.buckets))
+    opts, by_name = [], {}
+    for i, c in enumerate(cands):
+        if bucketed and (c.role != "colocated" or not any(c.bucket_goodput_per_s)):
+            continue
+        if not bucketed and not c.feasible:
+            continue
+        if c.role not in roles:
+            continue
+        if only_type is not None and c.device.id != only_type:
+            continue
+        name = f"o{i}"
+        by_name[name] = c
+        opts.append(
+            FleetOption(
+                name,
+                c.device.id,
+                c.devices,
+                _unit_cost(c, inputs),
+                c.role,
+                c.bucket_goodput_per_s if bucketed else (c.goodput_per_instance_per_s,),
+                c.link_capacity_per_s,
+                c.decode_class if c.role != "colocated" else "",
+            )
+        )
+    types = {o.device_type for o in opts}
+    book = inputs.prices
+    mx = {t: book.get(t).max_devices for t in types} if caps else {}
+    mn = {t: book.get(t).min_devices for t in types} if caps else {}
+    return (
+        FleetProblem(
+            tuple(opts),
+            demands,
+            {t: v for t, v in mx.items() if v is not None},
+            {t: v for t, v in mn.items() if v},
+        ),
+        by_name,
+    )
+
+
+def _binding(sol: FleetSolution) -> str:
+    names = [r.name for r in sol.rows if r.binding]
+    for prefix in ("max_devices_", "min_devices_", "kv_link_", "prefill_goodput", "decode_goodput"):
+        hit = [n for n in names if n.startswith(prefix)]
+        if hit:
+            return hit[0].rsplit("_", 1)[0] if prefix.startswith("kv") else hit[0]
+    return "goodput (whole instances: rate x headroom <= sum of pool goodputs)"
+
+
+def to_fleet(
+    sol: FleetSolution, by_name: dict[str, Candidate], inputs: PlanInputs, rate_per_s: float
+) -> Fleet:
+    """Pools with their share of ``rate_per_s``: split by goodput within a serving path."""
+    if inputs.buckets > 1:
+        return _bucket_fleet(sol, by_name, inputs, rate_per_s)
+    chosen = merge_pools([(by_name[k], n) for k, n in sorted(sol.counts.items()) if n > 0])
+    pd_total = sum(sol.pd_rate_per_s.values()) / inputs.headroom
+    colo_rate = max(rate_per_s - pd_total, 0.0)
+    pools: list[Pool] = []
+    for role, share in (("colocated", colo_rate), ("prefill", pd_total), ("decode", pd_total)):
+        mine = [(c, n) for c, n in chosen if c.role == role]
+        cap = sum(c.goodput_per_instance_per_s * n for c, n in mine)
+        for c, n in mine:
+            r = share * c.goodput_per_instance_per_s * n / cap if cap > 0 else 0.0
+            pools.append(Pool(c, n, r, inputs.prices.price(c.device.id)))
+    return _fleet(pools, sol, inputs, rate_per_s)
+
+
+def _fleet(pools: list[Pool], sol: FleetSolution, inputs: PlanInputs, rate_per_s: float) -> Fleet:
+    uses = [PoolUse(p.candidate.device, p.devices, p.utilization, p.price_per_hour_usd)
+            for p in pools]  # fmt: skip
+    econ = cost_energy(
+        uses,
+        rate_per_s=rate_per_s,
+        mean_output_tokens=inputs.workload.lengths.mean_output_tokens,
+    )
+    return Fleet(tuple(pools), econ, sol.cost, sol.status, sol.gap, _binding(sol), sol.solve_s)
+
+
+def _bucket_fleet(
+    sol: FleetSolution, by_name: dict[str, Candidate], inputs: PlanInputs, rate_per_s: float
+) -> Fleet:
+    """Pools that serve routed request-size buckets: each pool's goodput and service rate
+    on its mix follow Mélange's load model, ``1/g_mix = Σ_b f_b/g_b`` (``f_b``: the share
+    of the pool's requests from bucket ``b``)."""
+    buckets = size_buckets(inputs.workload, inputs.buckets)
+    pools = []
+    for name, n in sorted(sol.counts.items()):
+        c = by_name[name]
+        rates = [
+            rate_per_s * b.weight * sol.share.get((i, name), 0.0) for i, b in enumerate(buckets)
+        ]
+        r = sum(rates)
+        if n <= 0 or r <= 0:
+            continue
+        inv_g = sum(x / r / g for x, g in zip(rates, c.bucket_goodput_per_s, strict=True) if x > 0)
+        inv_mu = sum(
+            x / r / m for x, m in zip(rates, c.bucket_capacity_per_s, strict=True) if x > 0
+        )
+        share = tuple(
+            (b.label, sol.share.get((i, name), 0.0)) for i, b in enumerate(buckets)
+            if sol.share.get((i, name), 0.0) > 1e-9
+        )  # fmt: skip
+        mixed = replace(
+            c, goodput_per_instance_per_s=1 / inv_g, capacity_per_instance_per_s=1 / inv_mu
+        )
+        pools.append(Pool(mixed, n, r, inputs.prices.price(c.device.id), share))
+    return _fleet(pools, sol, inputs, rate_per_s)
+
+
+def _avg(members: Sequence[tuple[Candidate, int]], weights: list[float], attr: str) -> float:
+    return sum(getattr(c, attr) * w for (c, _), w in zip(members, weights, strict=True))
+
+
+def merge_pools(chosen: Sequence[tuple[Candidate, int]]) -> list[tuple[Candidate, int]]:
+    """One pool per (device, TP, PP, role): prefill options evaluated against different
+    decode classes are the same instances (their goodputs are averaged by instances)."""
+    groups: dict[tuple[str, int, int, str], list[tuple[Candidate, int]]] = {}
+    for c, n in chosen:
+        groups.setdefault((c.device.id, c.tp, c.pp, c.role), []).append((c, n))
+    out = []
+    for members in groups.values():
+        tot = sum(n for _, n in members)
+        first = members[0][0]
+        if len(members) == 1:
+            out.append((first, tot))
+            continue
+        weights = [n / tot for _, n in members]
+        merged = replace(
+            first,
+            goodput_per_instance_per_s=_avg(members, weights, "goodput_per_instance_per_s"),
+            capacity_per_instance_per_s=_avg(members, weights, "capacity_per_instance_per_s"),
+            link_capacity_per_s=_avg(members, weights, "link_capacity_per_s"),
+            decode_class="; ".join(sorted({c.decode_class for c, _ in members})),
+        )
+        out.append((merged, tot))
+    return out
+
+
+def _solve(
+    cands: Sequence[Candidate], inputs: PlanInputs, **kw: Any
+) -> tuple[FleetSolution, dict[str, Candidate]]:
+    rate = kw.pop("rate_per_s", None)
+    prob, by_name = build_problem(cands, inputs, rate_per_s=rate, **kw)
+    if not prob.options:
+        return FleetSolution("infeasible", {}, math.inf, None, {}, {}, (), "none", 0.0), by_name
+    return solve_fleet(prob, time_limit_s=inputs.time_limit_s), by_name
+
+
+def _alternative(
+    name: str, cands: Sequence[Candidate], inputs: PlanInputs, **kw: Any
+) -> Alternative:
+    sol, by_name = _solve(cands, inputs, **kw)
+    if sol.status == "infeasible":
+        roles = sorted({c.role for c in by_name.values()})
+        if not by_name:
+            return Alternative(name, None, "no configuration meets the SLO")
+        if roles in (["decode"], ["prefill"]):
+            return Alternative(
+                name,
+                None,
+                f"only {roles[0]} configurations meet the SLO; the other phase never does",
+            )
+        return Alternative(name, None, "infeasible under the availability caps")
+    return Alternative(name, to_fleet(sol, by_name, inputs, inputs.rate_per_s))
+
+
+def diagnose_infeasible(cands: Sequence[Candidate], inputs: PlanInputs) -> str:
+    """Name the binding availability constraint and the smallest change that fixes it."""
+    free, fb = _solve(cands, inputs, caps=False)
+    if free.status == "infeasible":
+        return "no fleet meets the demand even without availability caps"
+    book = inputs.prices
+    capped = {d.id: book.get(d.id).max_devices for d in inputs.devices}
+    capped = {k: v for k, v in capped.items() if v is not None}
+    msgs = []
+    for t, cap in sorted(capped.items()):
+        entries = {**book.entries, t: replace(book.get(t), max_devices=None)}
+        relaxed = replace(inputs, prices=PriceBook(entries))
+        sol, by = _solve(cands, relaxed)
+        if sol.status == "infeasible":
+            continue
+        need = sum(by[k].devices * n for k, n in sol.counts.items() if by[k].device.id == t)
+        msgs.append((sol.cost, t, cap, need))
+    if not msgs:
+        uses: dict[str, int] = {}
+        for k, n in free.counts.items():
+            uses[fb[k].device.id] = uses.get(fb[k].device.id, 0) + fb[k].devices * n
+        caps = ", ".join(f"--max-devices {t}={uses.get(t, 0)}" for t in sorted(capped))
+        return (
+            f"the availability caps together are too low for {inputs.rate_per_s:g} req/s "
+            f"x headroom {inputs.headroom:g} (binding constraints: "
+            f"{', '.join(f'max_devices_{t}' for t in sorted(capped))}); the cheapest uncapped "
+            f"fleet uses {caps}"
+        )
+    _, t, cap, need = min(msgs)
+    return (
+        f"--max-devices {t}={cap} is too few for {inputs.rate_per_s:g} req/s x headroom "
+        f"{inputs.headroom:g} (binding constraint: max_devices_{t}); the cheapest feasible "
+        f"fleet with the other caps kept needs {need} {t} -- raise it to --max-devices "
+        f"{t}={need}, or lower the rate"
+    )
+
+
+def plan_fleet(
+    inputs: PlanInputs,
+    *,
+    candidates: tuple[list[Candidate], list[str]] | None = None,
+) -> PlanResult:
+    """The recommendation and its alternatives (see the module docstring)."""
+    cands, rejected = candidates if candidates is not None else evaluate(inputs)
+    if not any(c.feasible for c in cands):
+        raise InfeasibleError(no_candidate(cands, rejected, inputs))
+    sol, by_name = _solve(cands, inputs)
+    if sol.status == "infeasible":
+        raise InfeasibleError(diagnose_infeasible(cands, inputs))
+    rec = to_fleet(sol, by_name, inputs, inputs.rate_per_s)
+    types = sorted({c.device.id for c in cands})
+    singles = {t: _alternative(t, cands, inputs, only_type=t) for t in types}
+    colo = _alternative("colocated_only", cands, inputs, roles=("colocated",))
+    pd = (
+        _alternative("disaggregated_only", cands, inputs, roles=("prefill", "decode"))
+        if inputs.allow_pd and inputs.buckets == 1
+        else None
+    )
+    sens = []
+    for f in RATE_STEPS:
+        s, b = _solve(cands, inputs, rate_per_s=inputs.rate_per_s * f)
+        if s.status == "infeasible":
+            sens.append(Sensitivity(f"rate x{f:g}", None, None, "infeasible", None))
+            continue
+        fl = to_fleet(s, b, inputs, inputs.rate_per_s * f)
+        same = {(p.candidate.key) for p in fl.pools} == {p.candidate.key for p in rec.pools}
+        sens.append(
+            Sensitivity(
+                f"rate x{f:g} ({inputs.rate_per_s * f:.3g} req/s)",
+                fl.economics.cost_per_hour_usd,
+                fl.devices,
+                fl.summary,
+                same,
+            )
+        )
+    return PlanResult(
+        recommendation=rec,
+        best_single_device=singles,
+        colocated_only=colo,
+        disaggregated=pd,
+        sensitivity=tuple(sens),
+        price_flips=price_flips(rec, singles, inputs.prices) if inputs.priced else (),
+        why=explain(rec, singles, colo, pd, cands, inputs.prices, priced=inputs.priced),
+        candidates=tuple(cands),
+        rejected=tuple(rejected),
+        assumptions=assumptions(inputs),
+        priced=inputs.priced,
+    )

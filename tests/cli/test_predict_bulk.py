@@ -1,0 +1,94 @@
+"""`predict gemm` bulk I/O: numpy's reader for clean files, the row reader for the rest."""
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from cli.predict_cmd import read_gemm_shapes
+
+runner = CliRunner()
+
+# 2·m·n·k FLOP at 80 % of the H100's 989.4 TFLOP/s bf16 peak, plus the 5 µs launch floor
+BIG_MS = (2 * 4096**3 / (0.8 * 989.4e12) + 5e-6) * 1e3
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    r = runner.invoke(app, list(args))
+    return r.exit_code, r.stdout, r.stderr
+
+
+def _shapes_file(tmp_path: Path, rows: int, *, extra: str = "") -> Path:
+    rng = np.random.default_rng(7)
+    mnk = rng.integers(1, 8192, size=(rows, 3))
+    dts = np.array(["bf16", "fp8", "", "fp16", "bfloat16"])[rng.integers(0, 5, rows)]
+    p = tmp_path / "shapes.csv"
+    body = "".join(f"{a},{b},{c},{d}\n" for (a, b, c), d in zip(mnk.tolist(), dts, strict=True))
+    p.write_text("m,n,k,dtype\n" + body + extra)
+    return p
+
+
+def test_bulk_reader_agrees_with_the_row_reader(tmp_path: Path) -> None:
+    p = _shapes_file(tmp_path, 3000)
+    bulk = read_gemm_shapes(p)
+    rows = read_gemm_shapes(p, keep_rows=True)
+    assert bulk.bulk and not rows.bulk
+    np.testing.assert_array_equal(bulk.shapes, rows.shapes)
+    assert bulk.dtypes.tolist() == rows.dtypes.tolist()
+    assert set(bulk.dtypes.tolist()) == {"bf16", "fp8", "fp16"}  # '' and bfloat16 -> bf16
+
+
+def test_output_copies_every_row_and_appends_the_roofline_time(tmp_path: Path) -> None:
+    p = _shapes_file(tmp_path, 3000, extra="\n4096,4096,4096,bf16\n\n")  # blank lines skipped
+    out = tmp_path / "out.csv"
+    code, _, err = run(
+        "predict", "gemm", "--hardware", "h100-sxm", "--input", str(p), "--output", str(out)
+    )
+    assert code == 0, err
+    got = list(csv.DictReader(io.StringIO(out.read_text())))
+    src = [r for r in csv.DictReader(io.StringIO(p.read_text())) if any(r.values())]
+    assert len(got) == len(src) == 3001
+    assert all(
+        {k: r[k] for k in ("m", "n", "k", "dtype")} == s for r, s in zip(got, src, strict=True)
+    )
+    assert float(got[-1]["latency_ms"]) == pytest.approx(BIG_MS, rel=1e-4)
+    # same numbers as the JSON path (row reader)
+    code, js, _ = run("predict", "gemm", "--hardware", "h100-sxm", "--input", str(p), "--json")
+
+    ref = np.array([d["latency_ms"] for d in json.loads(js)])
+    np.testing.assert_allclose([float(r["latency_ms"]) for r in got], ref, rtol=1e-5)
+
+
+def test_a_measured_latency_column_is_kept(tmp_path: Path) -> None:
+    p = tmp_path / "m.csv"
+    p.write_text("m,n,k,latency_ms\n4096,4096,4096,0.25\n")
+    code, out, err = run("predict", "gemm", "--hardware", "h100-sxm", "--input", str(p))
+    assert code == 0, err
+    (row,) = csv.DictReader(io.StringIO(out))
+    assert row["latency_ms"] == "0.25"
+    assert float(row["predicted_latency_ms"]) == pytest.approx(BIG_MS, rel=1e-4)
+    p.write_text("m,n,k,latency_ms,predicted_latency_ms\n1,2,3,4,5\n")
+    code, _, err = run("predict", "gemm", "--hardware", "h100-sxm", "--input", str(p))
+    assert code == 2 and "rename one" in err
+
+
+@pytest.mark.parametrize(
+    ("bad", "needle"),
+    [
+        ("7,8,x,bf16", ":1502: k = 'x' is not an integer"),
+        ("7,-8,9,bf16", ":1502: n = -8 must be >= 1"),
+        ("7.5,8,9,bf16", ":1502: m = '7.5' is not an integer"),
+        ("7,8,9,fp9", ":1502: unknown dtype 'fp9'"),
+    ],
+)
+def test_a_bad_row_in_a_large_file_is_named(tmp_path: Path, bad: str, needle: str) -> None:
+    good = _shapes_file(tmp_path, 3000).read_text().splitlines(keepends=True)
+    p = tmp_path / "bad.csv"
+    p.write_text("".join([*good[:1501], bad + "\n", *good[1501:]]))  # line 1502 of the file
+    code, _, err = run("predict", "gemm", "--hardware", "h100-sxm", "--input", str(p))
+    assert code == 2 and needle in err and "Traceback" not in err

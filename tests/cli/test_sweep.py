@@ -1,0 +1,181 @@
+"""`perfmodel sweep`: grid enumeration, rows equal to `estimate`, resume, Dask = serial."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from hardware.device import load_device
+from perfmodel.errors import SpecError
+from perfmodel.estimate import estimate
+from perfmodel.model import load_model
+from perfmodel.plan import ParallelPlan
+from perfmodel.step.instance import Instance
+from perfmodel.units import ms
+from reports.sweep.evaluate import evaluate_chunk
+from reports.sweep.run import run_sweep
+from reports.sweep.spec import spec_from_dict
+
+runner = CliRunner()
+
+GRID = {
+    "model": ["llama-3.1-8b", "qwen3-30b-a3b"],
+    "hardware": "h100-sxm",
+    "tp": [1, 2],
+    "pp": [1, 2],
+    "batch": [1, 7, 64],
+    "input_len": [128, 2048],
+    "output_len": [1, 2, 33],
+}  # 2·2·2·3·2·3 = 144 configurations
+
+
+def _spec(chunk: int = 40, **grid: object):  # type: ignore[no-untyped-def]
+    return spec_from_dict({"chunk": chunk, "grid": {**GRID, **grid}})
+
+
+def test_grid_is_enumerated_last_axis_fastest() -> None:
+    s = _spec()
+    assert (s.size, s.chunks) == (144, 4)
+    assert list(s.chunk_range(3)) == list(range(120, 144))
+    c = s.config(0)
+    assert (c["model"], c["tp"], c["pp"], c["batch"], c["input_len"], c["output_len"]) == (
+        "llama-3.1-8b", 1, 1, 1, 128, 1,
+    )  # fmt: skip
+    # 1·(output) + 3·(input) + 6·(batch) + 18·(pp) + 36·(tp) + 72·(model)
+    c = s.config(1 * 2 + 1 * 3 + 2 * 6 + 1 * 18 + 0 * 36 + 1 * 72)
+    assert (c["model"], c["tp"], c["pp"], c["batch"], c["input_len"], c["output_len"]) == (
+        "qwen3-30b-a3b", 1, 2, 64, 2048, 33,
+    )  # fmt: skip
+    assert c["dtype"] == "bf16"  # fixed parameters take estimate's defaults
+
+
+def test_rows_equal_estimate_exactly() -> None:
+    s = _spec()
+    rows = [r for c in range(s.chunks) for r in evaluate_chunk(s, c)]
+    assert [r["index"] for r in rows] == list(range(s.size))
+    for r in rows[::5]:
+        plan = ParallelPlan(tp=r["tp"], pp=r["pp"])
+        e = estimate(
+            Instance(load_model(r["model"]), load_device(r["hardware"]), plan),
+            batch=r["batch"],
+            input_len=r["input_len"],
+            output_len=r["output_len"],
+        )
+        assert r["ttft_ms"] == ms(e.ttft_s)
+        assert r["tpot_ms"] == ms(e.tpot_s)
+        assert r["e2e_ms"] == ms(e.e2e_s)
+        assert r["output_tokens_per_s"] == e.output_tokens_per_s
+        assert r["decode_arith_intensity_flop_per_byte"] == e.decode_arith_intensity
+        assert (r["fits"], r["kv_capacity_tokens"]) == (e.memory.fits, e.memory.kv_capacity_tokens)
+
+
+def test_a_configuration_that_cannot_run_gets_an_error_row() -> None:
+    s = _spec(tp=[3], model=["llama-3.1-8b"], pp=[1])  # 32 heads: TP 3 does not divide them
+    rows = evaluate_chunk(s, 0)
+    assert rows and all("error" in r and "ttft_ms" not in r for r in rows)
+    assert "tp" in rows[0]["error"].lower()
+
+
+@pytest.mark.parametrize(
+    ("data", "needle"),
+    [
+        ({"grid": {**GRID, "speed": [1]}}, "unknown grid parameter(s) ['speed']"),
+        ({"grid": {**GRID, "batch": []}}, "grid.batch is an empty list"),
+        ({"grid": {**GRID, "tp": [0, 1]}}, "grid.tp = 0: must be a positive integer"),
+        ({"grid": {k: v for k, v in GRID.items() if k != "input_len"}}, "input_len is required"),
+        ({"chunk": 0, "grid": GRID}, "chunk = 0 must be a positive integer"),
+        ({"grid": GRID, "extra": 1}, "unknown top-level key(s) ['extra']"),
+    ],
+)
+def test_bad_specs_say_what_to_change(data: dict[str, object], needle: str) -> None:
+    with pytest.raises(SpecError, match=None) as e:
+        spec_from_dict(data)
+    assert needle in str(e.value)
+
+
+def _toml(tmp_path: Path, grid: dict[str, object], chunk: int = 40) -> Path:
+    lines = [f"chunk = {chunk}", "[grid]"] + [f"{k} = {json.dumps(v)}" for k, v in grid.items()]
+    p = tmp_path / "spec.toml"
+    p.write_text("\n".join(lines) + "\n")
+    return p
+
+
+def test_cli_errors_exit_2_with_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "r.jsonl"
+    bad = _toml(tmp_path, {**GRID, "model": ["llama-9"]})
+    r = runner.invoke(app, ["sweep", str(bad), "--out", str(out), "--scheduler", "serial"])
+    assert r.exit_code == 2 and "llama-9" in r.stderr and "Traceback" not in r.stderr
+    out.write_text("something\n")
+    good = _toml(tmp_path, GRID)
+    r = runner.invoke(app, ["sweep", str(good), "--out", str(out), "--scheduler", "serial"])
+    assert r.exit_code == 2 and "--force" in r.stderr
+    assert out.read_text() == "something\n"
+
+
+class _Crash(Exception):
+    pass
+
+
+def test_an_interrupted_sweep_resumes_with_only_the_missing_chunks(tmp_path: Path) -> None:
+    s = _spec(chunk=30)  # 5 chunks
+    ref = tmp_path / "ref.jsonl"
+    run_sweep(s, ref)
+    out = tmp_path / "out.jsonl"
+    seen = []
+
+    def crash_after_two(n: int) -> None:
+        seen.append(n)
+        if len(seen) == 2:
+            raise _Crash
+
+    with pytest.raises(_Crash):
+        run_sweep(s, out, progress=crash_after_two)
+    assert len(out.read_text().splitlines()) == 60  # two chunks on disk
+    with out.open("a") as f:  # a crash mid-write leaves a cut line: it is truncated
+        f.write('{"index": 60, "mod')
+    again = run_sweep(s, out)
+    assert (again.resumed_chunks, again.computed_chunks) == (2, 3)
+    assert out.read_bytes() == ref.read_bytes()
+    done = run_sweep(s, out)  # nothing left to do
+    assert (done.resumed_chunks, done.computed_chunks) == (5, 0)
+    with pytest.raises(SpecError, match="different sweep"):
+        run_sweep(_spec(chunk=31), out)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
+def test_a_local_dask_cluster_of_two_processes_writes_the_serial_file(
+    tmp_path: Path, suffix: str
+) -> None:
+    pytest.importorskip("dask.distributed")  # the optional extra (in .[test])
+    s = _spec(chunk=20)  # 8 chunks over 2 workers
+    serial, dist = tmp_path / f"serial{suffix}", tmp_path / f"dask{suffix}"
+    run_sweep(s, serial, scheduler="serial")
+    r = run_sweep(s, dist, scheduler="local", workers=2)
+    assert (r.workers, r.computed_chunks) == (2, 8)
+    assert dist.read_bytes() == serial.read_bytes()
+
+
+def test_serial_sweeps_do_not_need_dask(tmp_path: Path) -> None:
+    """Without the dask extra the same code runs serially: a serial sweep never imports it."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    spec = _toml(tmp_path, {**GRID, "model": ["llama-3.1-8b"], "pp": [1]})
+    code = (
+        "import sys; from typer.testing import CliRunner; from cli.main import app; "
+        f"r = CliRunner().invoke(app, ['sweep', {str(spec)!r}, '--out', "
+        f"{str(tmp_path / 'o.jsonl')!r}, '--scheduler', 'serial']); "
+        "assert r.exit_code == 0, r.output; "
+        "print('dask' in sys.modules, 'distributed' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]
+    assert len((tmp_path / "o.jsonl").read_text().splitlines()) == 36  # 2·3·2·3 configurations
