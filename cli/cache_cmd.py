@@ -5,14 +5,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from cli import options as po
-from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
 from cli.options import (
     DEFAULT_MODEL,
     DEFAULT_SLO_PERCENTILE,
@@ -161,8 +160,8 @@ def _plan(spec: Any) -> Any:
     from solvers.cache.budget import plan_cache_budget
 
     n = spec.kv_levels * (spec.expert_levels if spec.offload_experts else 1)
-    with typer.progressbar(length=n, label="splits", file=sys.stderr) as bar:
-        return plan_cache_budget(spec, progress=bar.update)
+    with progress(n, "splits") as tick:
+        return plan_cache_budget(spec, progress=tick)
 
 
 def plan_dict(plan: Any) -> dict[str, Any]:
@@ -331,7 +330,14 @@ def _write_figure(out: Path, spec: Any, plan: Any, *, force: bool) -> dict[str, 
     from reports.cache_plot import cache_figure, figure_html
 
     curves = _hit_curves(spec)
-    write_atomic(out, figure_html(cache_figure(plan, curves)), force=force)
+    slo = spec.slo
+    title = (
+        f"Cache budget: {spec.model.id} on {spec.plan.tp}x {spec.device.id}, "
+        f"{spec.workload.name} at {spec.rate_per_s:g} req/s (p{slo.percentile * 100:g} "
+        f"TTFT ≤ {slo.ttft_s * MS_PER_S:g} ms, TPOT ≤ {slo.tpot_s * MS_PER_S:g} ms)"
+    )
+    fig = cache_figure(plan, curves, title=title, rate_per_s=spec.rate_per_s)
+    write_atomic(out, figure_html(fig), force=force)
     return {
         "out": str(out),
         "hit_curves": [

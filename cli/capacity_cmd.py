@@ -42,6 +42,26 @@ from cli.options import (
 from cli.plan_options import plan_label
 from perfmodel.units import MS_PER_S
 
+#: Most engine iterations a simulation may need before it is refused up front (each costs
+#: 20 µs - 1 ms of wall time); ``perfmodel --no-limits`` lifts it.
+MAX_SIM_ITERATIONS = 2_000_000
+
+
+def _check_sim_work(n_requests: int, lengths: Any, max_batched_tokens: int) -> None:
+    """Refuse a simulation whose iterations alone (every token passes through an iteration
+    of at most ``max_batched_tokens``) are over the limit."""
+    from cli.validate import no_limits
+
+    tokens = lengths.mean_input_tokens + lengths.mean_output_tokens
+    est = n_requests * tokens / max_batched_tokens
+    if est > MAX_SIM_ITERATIONS and not no_limits():
+        raise fail(
+            f"this simulation needs at least {est:.3g} engine iterations ({n_requests} "
+            f"requests x {tokens:.0f} tokens / --max-batched-tokens {max_batched_tokens}), "
+            f"over the limit {MAX_SIM_ITERATIONS:,}; raise --max-batched-tokens, lower "
+            "--requests, or pass `perfmodel --no-limits ...`"
+        )
+
 
 def _ms(x: float) -> float:
     return x * MS_PER_S
@@ -125,6 +145,9 @@ def _render_capacity(rep: Any) -> None:
         f"KV {sr.kv_capacity_tokens:,} tokens ({sr.effective_kv_tokens:,.0f} usable under FIFO "
         "admission)"
     )
+    if not rep.slo_feasible:
+        v = rep.slo_verdict
+        typer.echo(f"  SLO {v[:10].upper()}{v[10:]}")
     if plan.pp > 1:
         typer.echo(
             f"  pipeline: {pp} virtual engines, each with budget {sr.max_batched_tokens} "
@@ -161,6 +184,12 @@ def _render_capacity(rep: Any) -> None:
         f"  SLO p{slo.percentile * 100:g} TTFT ≤ {_ms(slo.ttft_s):g} ms, "
         f"TPOT ≤ {_ms(slo.tpot_s):g} ms, goal {slo.goal:.0%}: {gp.explanation}"
     )
+    if not rep.slo_feasible:
+        typer.echo(
+            f"  instances for {rate:.3g} req/s: none meets the SLO on this configuration "
+            f"(at least {size.necessary_instances} for stability alone)"
+        )
+        return
     typer.echo(
         f"  instances for {rate:.3g} req/s: {size.instances} ({size.devices} devices, "
         f"utilization {size.utilization:.0%}, limited by "
@@ -203,6 +232,8 @@ def simulate_cmd(
 
     if requests < 1:
         raise fail(f"--requests must be >= 1, got {requests}")
+    if trace is None and time_scale != 1.0:
+        raise fail("--time-scale speeds up a --trace replay; without --trace use --rate-per-s")
     inst = build_instance(
         model,
         hardware,
@@ -219,6 +250,8 @@ def simulate_cmd(
     )
     m, d, plan = inst.model, inst.device, inst.plan
     w = build_workload(workload, trace, arrival_cv, trace_model)
+    n_sim = w.trace.n if w.trace is not None and rate_per_s is None else requests
+    _check_sim_work(n_sim, w.lengths, max_batched_tokens)
     sr = q.service_rate(
         inst,
         w,

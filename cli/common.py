@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
 import os
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
@@ -29,18 +30,89 @@ def fail(message: str) -> typer.Exit:
 
 
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Turn the project's errors (and bad files) into one line on stderr and exit 2."""
+    """Turn the project's errors (and bad files) into one line on stderr and exit 2.
+
+    Options are checked first (``cli.validate``), and the command runs under the wall-clock
+    limit (:func:`time_limit`).
+    """
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        from cli.validate import check_options
+
         try:
-            return fn(*args, **kwargs)
+            check_options(kwargs)
+            with time_limit():
+                return fn(*args, **kwargs)
         except PerfModelError as e:
             raise fail(str(e)) from None
         except FileExistsError as e:
             raise fail(str(e)) from None
+        except TimeLimitExceeded as e:
+            raise fail(str(e)) from None
 
     return wrapper
+
+
+#: Wall-clock limit of one command's work, seconds (env PERFMODEL_TIME_LIMIT_S; --no-limits
+#: lifts it): 50 s of work leaves room for start-up within the 60 s a command may take.
+DEFAULT_TIME_LIMIT_S = 50.0
+_PROGRESS = {"done": 0, "total": 0}
+
+
+class TimeLimitExceeded(BaseException):
+    """Raised by the alarm; a BaseException so that no ``except Exception`` swallows it."""
+
+
+def time_limit_s() -> float:
+    from cli.validate import no_limits
+
+    if no_limits():
+        return math.inf
+    raw = os.environ.get("PERFMODEL_TIME_LIMIT_S", "")
+    try:
+        v = float(raw) if raw else DEFAULT_TIME_LIMIT_S
+    except ValueError:
+        v = DEFAULT_TIME_LIMIT_S
+    return v if math.isfinite(v) and v > 0 else math.inf
+
+
+@contextlib.contextmanager
+def time_limit() -> Iterator[None]:
+    """Stop the command with one line once it has run ``time_limit_s()`` seconds.
+
+    Uses SIGALRM (main thread, POSIX); elsewhere the command runs unbounded. Output files
+    are written atomically, so a stopped command leaves nothing behind.
+    """
+    import signal
+    import threading
+
+    limit = time_limit_s()
+    usable = (
+        math.isfinite(limit)
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+    _PROGRESS.update(done=0, total=0)
+
+    def on_alarm(_sig: int, _frame: object) -> None:
+        done, total = _PROGRESS["done"], _PROGRESS["total"]
+        part = f" ({done} of {total} steps done)" if total else ""
+        raise TimeLimitExceeded(
+            f"stopped after {limit:g} s, the time limit{part}; ask for less work (fewer "
+            "requests, a coarser grid) or pass `perfmodel --no-limits ...` to let it run"
+        )
+
+    old = signal.signal(signal.SIGALRM, on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def _default(o: Any) -> Any:
@@ -117,3 +189,27 @@ def write_atomic(path: Path, text: str | Iterable[str], *, force: bool) -> None:
 
 def stderr_isatty() -> bool:
     return sys.stderr.isatty()
+
+
+@contextlib.contextmanager
+def progress(length: int, label: str) -> Iterator[Callable[[int], None]]:
+    """A progress bar with an ETA on stderr, only on a terminal; yields its ``update``.
+
+    Off a terminal nothing is printed (no label before an ``error:`` line, nothing in
+    captured output).
+    """
+    _PROGRESS.update(done=0, total=length)
+
+    def count(n: int) -> None:
+        _PROGRESS["done"] += n
+
+    if not stderr_isatty():
+        yield count
+        return
+    with typer.progressbar(length=length, label=label, file=sys.stderr, show_eta=True) as bar:
+
+        def tick(n: int) -> None:
+            count(n)
+            bar.update(n)
+
+        yield tick

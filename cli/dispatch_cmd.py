@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
 
 app = typer.Typer(
     help="MoE expert dispatch: per-batch solvers, placement, phase diagram.",
@@ -286,7 +285,7 @@ def phase_cmd(
     if not tl or not sl:
         raise fail("--tokens-per-gpu and --skews need at least one value each")
     m, d, prof = _setup(model, hardware, profile)
-    with typer.progressbar(length=len(tl) * len(sl), label="cells", file=sys.stderr) as bar:
+    with progress(len(tl) * len(sl), "cells") as tick:
         diag = phase_diagram(
             m,
             d,
@@ -298,7 +297,7 @@ def phase_cmd(
             seed=seed,
             dispatch_dtype=dispatch_dtype,
             profile=prof,
-            progress=bar.update,
+            progress=tick,
         )
     write_atomic(out, phase_figure_html([diag]), force=force)
     if json_out:

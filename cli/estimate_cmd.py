@@ -158,6 +158,21 @@ def estimate_cmd(
         f"{m.id} on {where} (weights {plan.weights.describe()}, math {plan.act_dtype}, "
         f"KV {plan.kv_dtype}); batch {batch}, {input_len} in / {output_len} out"
     )
+    if f.fits:
+        typer.echo(
+            f"  memory: fits; {f.weight_bytes / GiB:.1f} GiB weights/device"
+            f"{f' (stage {f.stage})' if pp > 1 else ''}, KV capacity "
+            f"{f.kv_capacity_tokens:,} tokens = {f.max_batch(input_len + output_len)} "
+            f"requests of {input_len + output_len} tokens"
+        )
+        if f.max_batch(input_len + output_len) < batch:
+            typer.echo(
+                f"  DOES NOT FIT: the KV cache holds {f.max_batch(input_len + output_len)} of "
+                f"the batch's {batch} requests; lower --batch or raise --tp"
+            )
+    else:
+        typer.echo("  DOES NOT FIT: " + describe_shortfall(f, m, d, tp))
+        typer.echo("  (the times below are what it would take if it fit; not achievable)")
     for note in (*prec.notes, *m.warnings, *_link_notes(plan, d)):
         typer.echo(f"  note: {note}")
     if pp > 1:
@@ -180,15 +195,6 @@ def estimate_cmd(
         f"{100 * float(bound['comm']) / tot:.0f}% communication; arithmetic intensity "
         f"{e.decode_arith_intensity:.0f} FLOP/B vs ridge {e.ridge_flop_per_byte:.0f}"
     )
-    if f.fits:
-        typer.echo(
-            f"  memory: fits; {f.weight_bytes / GiB:.1f} GiB weights/device"
-            f"{f' (stage {f.stage})' if pp > 1 else ''}, KV capacity "
-            f"{f.kv_capacity_tokens:,} tokens = {f.max_batch(input_len + output_len)} "
-            f"requests of {input_len + output_len} tokens"
-        )
-    else:
-        typer.echo("  memory: " + describe_shortfall(f, m, d, tp))
     from perfmodel.estimate import op_breakdown
 
     rows = [

@@ -164,6 +164,11 @@ def build_workload(
 
     if trace_model is not None and trace is None:
         raise SpecError("--trace-model needs --trace")
+    if trace is not None and arrival_cv != 1.0:
+        raise SpecError(
+            "--arrival-cv does nothing with --trace (the trace's own arrival times set the "
+            "burstiness); drop one of them"
+        )
     if trace:
         return Workload.from_trace(load_trace(trace, model=trace_model))
     return preset(workload, arrival_cv=arrival_cv)

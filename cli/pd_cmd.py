@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from cli import options as po
-from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
 from cli.options import (
     DEFAULT_MODEL,
     DEFAULT_SLO_PERCENTILE,
@@ -308,7 +308,7 @@ def phase_cmd(
     pdev = load_device(hardware)
     ddev = [load_device(decode_hardware)] if decode_hardware else None
     total = len(ins) * len(outs) + len(scales) ** 2
-    with typer.progressbar(length=total, label="sweeping", file=None) as bar:
+    with progress(total, "sweeping") as tick:
         lens = length_sweep(
             m,
             [pdev],
@@ -318,7 +318,7 @@ def phase_cmd(
             decode_devices=ddev,
             dtype=dtype,
             kv_dtype=dtype,
-            progress=bar.update,
+            progress=tick,
         )
         slos = slo_sweep(
             m,
@@ -330,7 +330,7 @@ def phase_cmd(
             decode_devices=ddev,
             dtype=dtype,
             kv_dtype=dtype,
-            progress=bar.update,
+            progress=tick,
         )
     write_atomic(out, phase_figure_html([lens, slos]), force=force)
     if json_out:

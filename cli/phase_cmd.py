@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from cli import options as po
-from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
 from cli.options import (
     DEFAULT_GOAL,
     DEFAULT_HARDWARE,
@@ -125,7 +124,7 @@ def stability_cmd(
         sim_loads=len(DEFAULT_SIM_LOADS),
         sim_requests=sim_requests,
     )
-    with typer.progressbar(length=steps, label="sweeping", file=sys.stderr) as bar:
+    with progress(steps, "sweeping") as tick:
         phase = stability_phase(
             m,
             d,
@@ -141,7 +140,7 @@ def stability_cmd(
             sim_rows=sim_rows,
             sim_requests=sim_requests,
             seed=seed,
-            progress=bar.update,
+            progress=tick,
         )
     write_atomic(out, stability_html(phase), force=force)
     if json_out:

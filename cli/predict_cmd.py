@@ -28,6 +28,8 @@ SHAPE_COLS = ("m", "n", "k")
 PREDICTION_COL = "latency_ms"
 _WRITE_CHUNK_ROWS = 1 << 16  # rows formatted at a time when writing (bounded memory)
 _MODEL_CHUNK_ROWS = 1 << 17  # shapes costed at a time (the roofline's temporaries)
+#: Largest GEMM dimension accepted in a shapes CSV (far beyond any real kernel).
+MAX_GEMM_DIM = 2**31
 
 
 @dataclass(frozen=True)
@@ -48,14 +50,16 @@ def read_gemm_shapes(path: Path, *, keep_rows: bool = False) -> GemmShapes:
     names the first bad row by line, column and value."""
     import numpy as np
 
+    from perfmodel.datafile import check_file
+
+    check_file(path, what="shapes CSV")  # a directory, a device, too large: one line
     try:
-        with path.open(encoding="utf-8", newline="") as f:
-            header = next(csv.reader([f.readline()]), [])
-    except OSError as e:
-        raise SpecError(f"cannot read {path}: {e.strerror}") from None
-    missing = [c for c in SHAPE_COLS if c not in header]
-    if missing:
-        raise SpecError(f"{path}: missing column(s) {', '.join(missing)}; need m,n,k[,dtype]")
+        with path.open(encoding="utf-8-sig", newline="") as f:  # a BOM is not a column name
+            header = [h.strip() for h in next(csv.reader([f.readline()]), [])]
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return _read_rows(path)  # the input layer says what is wrong
+    if any(c not in header for c in SHAPE_COLS):
+        return _read_rows(path)
     if not keep_rows:
         cols = [header.index(c) for c in SHAPE_COLS]
         has_dt = "dtype" in header
@@ -71,17 +75,29 @@ def read_gemm_shapes(path: Path, *, keep_rows: bool = False) -> GemmShapes:
                     dtype=fields,
                     comments=None,
                     ndmin=1,
-                    encoding="utf-8",
+                    encoding="utf-8-sig",
                 )
-        except ValueError:
+        except (ValueError, UnicodeDecodeError):
             a = None  # the row-by-row reader says what is wrong
-        if a is not None and a.size and len(header) == len(set(header)):
+        rows_ok = a is not None and _commas(path) == (len(header) - 1) * (a.size + 1)
+        if rows_ok and a is not None and a.size and len(header) == len(set(header)) and all(header):
             shapes = np.stack([a[c] for c in SHAPE_COLS], axis=1)
-            if np.all((shapes > 0) & (shapes == np.floor(shapes))):
+            ok = np.isfinite(shapes) & (shapes > 0) & (shapes <= MAX_GEMM_DIM)
+            if np.all(ok & (shapes == np.floor(shapes))):
                 names = _dtype_names(a["dtype"] if has_dt else None, a.size)
                 if names is not None:
                     return GemmShapes(header, shapes, names, bulk=True)
     return _read_rows(path)
+
+
+def _commas(path: Path) -> int:
+    """Commas in the file (C speed): every row must have the header's fields, and numpy's
+    reader does not check the columns it does not use."""
+    n = 0
+    with path.open("rb") as f:
+        while chunk := f.read(1 << 24):
+            n += chunk.count(b",")
+    return n
 
 
 def _dtype_names(col: np.ndarray | None, n: int) -> np.ndarray | None:
@@ -108,36 +124,29 @@ def _dtype_names(col: np.ndarray | None, n: int) -> np.ndarray | None:
 
 
 def _read_rows(path: Path) -> GemmShapes:
-    """Row by row with ``csv``: the reference reader, and the one that reports bad rows."""
+    """Row by row through the input layer: the reference reader, and the one that names
+    the bad row, column and value."""
     import numpy as np
 
+    from perfmodel.datafile import parse_int, read_csv
     from perfmodel.dtypes import get_dtype
 
-    text = path.read_text(encoding="utf-8")
-    reader = csv.DictReader(io.StringIO(text))
-    header = list(reader.fieldnames or [])
-    rows = list(reader)
-    if not rows:
-        raise SpecError(f"{path}: no data rows")
-    shapes = np.empty((len(rows), 3))
+    tab = read_csv(path, what="shapes CSV", required=SHAPE_COLS)
+    header = list(tab.header)
+    shapes = np.empty((len(tab), 3))
     dtypes = []
-    for i, r in enumerate(rows):
-        line = i + 2
+    for i, (line, r) in enumerate(tab):
+        where = tab.where(line)
         for j, c in enumerate(SHAPE_COLS):
-            v = r.get(c)
-            try:
-                x = float(v)  # type: ignore[arg-type]
-            except (TypeError, ValueError):
-                raise SpecError(f"{path}:{line}: column {c} = {v!r} is not a number") from None
-            if not x > 0 or x != int(x):
-                raise SpecError(f"{path}:{line}: column {c} = {v!r} must be a positive integer")
-            shapes[i, j] = x
-        dt = (r.get("dtype") or "bf16").strip()
+            shapes[i, j] = parse_int(
+                r[header.index(c)], where=where, name=c, min_value=1, max_value=MAX_GEMM_DIM
+            )
+        dt = (r[header.index("dtype")] if "dtype" in header else "") or "bf16"
         try:
             dtypes.append(get_dtype(dt).name)
         except SpecError as e:
-            raise SpecError(f"{path}:{line}: {e}") from None
-    return GemmShapes(header, shapes, np.array(dtypes), bulk=False, rows=rows)
+            raise SpecError(f"{where}: {e}") from None
+    return GemmShapes(header, shapes, np.array(dtypes), bulk=False, rows=tab.to_dicts())
 
 
 def predict_gemm_ms(
@@ -250,7 +259,7 @@ def _csv_chunks(path: Path, data: GemmShapes, col: str, lat: np.ndarray) -> Iter
             w.writerow({**r, col: fmt(t)})
         yield buf.getvalue()
         return
-    with path.open(encoding="utf-8", newline="") as f:
+    with path.open(encoding="utf-8-sig", newline="") as f:
         yield f.readline().rstrip("\r\n") + f",{col}\n"
         lines = (ln.rstrip("\r\n") for ln in f)
         data_lines = (ln for ln in lines if ln.strip())

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
+from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
 from perfmodel.errors import SpecError
 from perfmodel.units import US_PER_S
 
@@ -27,13 +24,6 @@ MOE_COLUMNS = (
     "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
     "moe_ep_size",
 )  # fmt: skip
-
-
-@contextmanager
-def _progress(length: int, label: str) -> Iterator[Callable[[int], None]]:
-    """A progress bar on stderr (fits take seconds); yields its ``update``."""
-    with typer.progressbar(length=length, label=label, file=sys.stderr) as bar:
-        yield bar.update
 
 
 def _where(items: list[str] | None) -> dict[str, str]:
@@ -129,13 +119,14 @@ def fit_cmd(
     from hardware.device import load_device
     from hardware.fit import fit_profile
     from hardware.folds import fit_steps
-    from hardware.measurements import read_measurements
+    from hardware.measurements import check_one_dtype, read_measurements
     from hardware.profile_io import profile_to_toml
 
     if pieces is not None and pieces < 1:
         raise fail(f"--pieces must be >= 1, got {pieces}")
     dev = load_device(hardware)
     meas = read_measurements(str(data), time_col=time_col, time_unit=time_unit, where=_where(where))
+    check_one_dtype(meas)
     names, X = _features(meas, features)
     groups = None
     if group_cols:
@@ -144,7 +135,7 @@ def fit_cmd(
         if missing:
             raise SpecError(f"--group-cols: no column(s) {missing} in {data}")
         groups = np.array(["|".join(v) for v in zip(*(meas.columns[c] for c in cols), strict=True)])
-    with _progress(fit_steps(pieces=pieces, residual=residual), "fitting") as step:
+    with progress(fit_steps(pieces=pieces, residual=residual), "fitting") as step:
         res = fit_profile(
             X, meas.time_s, features=names, groups=groups, pieces=pieces, seed=seed,
             device=dev.id, op=op, dtype=dtype, source=data.name, progress=step,
@@ -299,7 +290,7 @@ def crossover_cmd(
             G, N, per, ts, device=dev.id, op=f"moe_expert_{h}x{inter}x{mats}",
             source=data.name, seed=seed, padded=padded,
         )  # fmt: skip
-        with _progress(boots, "bootstrap") as step:
+        with progress(boots, "bootstrap") as step:
             c = crossover_interval(G, N, ts, boots=boots, seed=seed, provenance=prov, progress=step)
         if out is not None:
             from hardware.profile_io import profile_to_toml
@@ -367,7 +358,7 @@ def plot_cmd(
         dev = load_device(hardware)
         h, inter, mats = expert_shape(load_model(model))
         boots = 100
-        with _progress(boots + 2, "fitting") as step:
+        with progress(boots + 2, "fitting") as step:
             (gm, gn, gk), t = _gemm_data(data)
             G, N, per, ts = gemm_block_rows(gm, gn, gk, t, hidden=h, inter=inter, mats=mats)
             step(1)
@@ -386,7 +377,7 @@ def plot_cmd(
         from hardware.profile_io import load_profile
 
         prof = load_profile(profile)
-        with _progress(2, "plotting") as step:
+        with progress(2, "plotting") as step:
             meas = read_measurements(str(data), time_col=time_col, where=_where(where))
             names, X = _features(meas, features)
             step(1)

@@ -61,6 +61,8 @@ from perfmodel.dtypes import DTYPE_NAMES, get_dtype
 from perfmodel.errors import SpecError
 
 TOPOLOGIES = ("switched", "mesh", "none")
+#: Most peers one scale-up domain may list (NVL72 racks have 71; pods of 1e5 are not a link).
+MAX_PEERS = 100_000
 KINDS = ("gpu", "npu", "tpu", "fpga")
 
 
@@ -95,6 +97,11 @@ class Link:
             )
         if self.bw_per_direction_bytes_per_s < 0 or self.latency_s < 0:
             raise SpecError(f"link {self.name!r}: bandwidth and latency must be >= 0")
+        if not (isinstance(self.peers, int) and 0 <= self.peers <= MAX_PEERS):
+            raise SpecError(
+                f"link {self.name!r}: peers must be a whole number in [0, {MAX_PEERS}], "
+                f"got {self.peers!r}"
+            )
         if self.peer_bw_per_direction_bytes_per_s == 0.0:
             object.__setattr__(
                 self, "peer_bw_per_direction_bytes_per_s", self.bw_per_direction_bytes_per_s
@@ -197,6 +204,14 @@ def _num(table: dict[str, Any], key: str, where: str, default: float | None = No
     return float(v)
 
 
+def _count(table: dict[str, Any], key: str, where: str, default: int) -> int:
+    """A whole, non-negative number (``peers``, ``dies``, ``launch_year``)."""
+    v = _num(table, key, where, float(default))
+    if not (v.is_integer() and 0 <= v <= MAX_PEERS * 10):
+        raise SpecError(f"{where}: field {key!r} must be a whole number >= 0, got {table[key]!r}")
+    return int(v)
+
+
 def _bool(table: dict[str, Any], key: str, where: str, default: bool) -> bool:
     v = table.get(key, default)
     if not isinstance(v, bool):
@@ -214,7 +229,7 @@ def _link(table: dict[str, Any] | None, where: str, *, default_topology: str) ->
         bw_per_direction_bytes_per_s=_num(table, "bw_per_direction_bytes_per_s", where, 0.0),
         latency_s=_num(table, "latency_s", where, 0.0),
         topology=str(table.get("topology", default_topology)),
-        peers=int(_num(table, "peers", where, 0.0)),
+        peers=_count(table, "peers", where, 0),
         peer_bw_per_direction_bytes_per_s=_num(
             table, "peer_bw_per_direction_bytes_per_s", where, 0.0
         ),
@@ -231,10 +246,15 @@ def device_from_dict(data: dict[str, Any], *, path: str = "") -> Device:
     if not isinstance(compute, dict) or not isinstance(memory, dict):
         raise SpecError(f"{where}: [compute] and [memory] must be tables")
     package = data.get("package", {})
+    if not isinstance(package, dict):
+        raise SpecError(f"{where}: [package] must be a table")
     scale_up = _link(data.get("scale_up"), f"{where} [scale_up]", default_topology="none")
     host = _link(data.get("host_link"), f"{where} [host_link]", default_topology="switched")
+    dev_id = _req(data, "id", where)
+    if not isinstance(dev_id, str) or not dev_id.strip():
+        raise SpecError(f"{where}: field 'id' must be a non-empty string, got {dev_id!r}")
     return Device(
-        id=str(_req(data, "id", where)),
+        id=dev_id,
         name=str(data.get("name", data["id"])),
         vendor=str(data.get("vendor", "")),
         kind=str(data.get("kind", "gpu")),
@@ -249,10 +269,10 @@ def device_from_dict(data: dict[str, Any], *, path: str = "") -> Device:
         scale_out=_link(data.get("scale_out"), f"{where} [scale_out]", default_topology="switched"),
         tdp_w=_num(data, "tdp_w", where, float("nan")) if "tdp_w" in data else None,
         idle_w=_num(data, "idle_w", where) if "idle_w" in data else None,
-        launch_year=int(data["launch_year"]) if "launch_year" in data else None,
-        dies_per_package=int(package.get("dies", 1)),
+        launch_year=_count(data, "launch_year", where, 0) if "launch_year" in data else None,
+        dies_per_package=_count(package, "dies", f"{where} [package]", 1),
         die_link_bw_per_direction_bytes_per_s=(
-            float(package["die_link_bw_per_direction_bytes_per_s"])
+            _num(package, "die_link_bw_per_direction_bytes_per_s", f"{where} [package]")
             if "die_link_bw_per_direction_bytes_per_s" in package
             else None
         ),

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numpy.typing import NDArray
 
+from perfmodel.datafile import parse_float, read_csv
 from perfmodel.errors import SpecError
 from perfmodel.units import S_PER_MS, S_PER_NS, S_PER_US
 
@@ -16,7 +17,6 @@ if TYPE_CHECKING:
 
 
 Arr = NDArray[np.float64]
-
 
 
 TIME_UNITS_S = {"s": 1.0, "ms": S_PER_MS, "us": S_PER_US, "ns": S_PER_NS}
@@ -41,12 +41,16 @@ class Measurements:
             )
         raw = self.columns[col]
         try:
-            return raw.astype(np.float64)
+            x = raw.astype(np.float64)
         except ValueError:
             bad = next(v for v in raw if not _is_number(v))
             raise SpecError(
                 f"{self.path}: column {col!r} has non-numeric value {str(bad)!r}"
             ) from None
+        if not np.all(np.isfinite(x)):
+            bad = raw[~np.isfinite(x)][0]
+            raise SpecError(f"{self.path}: column {col!r} has non-finite value {str(bad)!r}")
+        return x
 
     def subset(self, keep: NDArray[np.bool_]) -> Measurements:
         return Measurements(
@@ -73,6 +77,23 @@ def time_unit_of(col: str) -> str:
     )
 
 
+#: Columns that name the dtype of a measured row: a profile is fitted to one of them.
+DTYPE_COLUMNS = ("gemm_dtype", "dtype", "kv_cache_dtype", "moe_dtype")
+
+
+def check_one_dtype(meas: Measurements) -> None:
+    """Refuse a fit over rows of several dtypes (each has its own peak: mixing four dtypes
+    of one file fitted at 20.6 % error instead of 6.3 % for one)."""
+    for col in DTYPE_COLUMNS:
+        if col in meas.columns:
+            kinds = sorted({str(v) for v in meas.columns[col]})
+            if len(kinds) > 1:
+                raise SpecError(
+                    f"{meas.path}: column {col} holds {len(kinds)} dtypes ({', '.join(kinds)}); a "
+                    f"profile is for one dtype: add --where {col}={kinds[0]}"
+                )
+
+
 def read_measurements(
     path: str, *, time_col: str, time_unit: str | None = None, where: dict[str, str] | None = None
 ) -> Measurements:
@@ -81,19 +102,9 @@ def read_measurements(
     Times must be numeric and positive: a non-numeric or negative time is an error naming
     the row, never silently dropped.
     """
-    import csv
-
-    try:
-        with open(path, newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f))
-    except OSError as e:
-        raise SpecError(f"cannot read measurements file {path}: {e.strerror}") from None
-    if len(rows) < 2:
-        raise SpecError(f"{path}: needs a header row and at least one data row")
-    header = [h.strip() for h in rows[0]]
-    body = [r for r in rows[1:] if r]
-    if any(len(r) != len(header) for r in body):
-        raise SpecError(f"{path}: every row must have {len(header)} fields like the header")
+    tab = read_csv(path, what="measurements file")
+    header = list(tab.header)
+    body = [r for _, r in tab]
     cols = {h: np.array([r[i].strip() for r in body]) for i, h in enumerate(header)}
     if time_col not in cols:
         raise SpecError(f"{path}: no time column {time_col!r}; columns are {', '.join(header)}")
@@ -107,20 +118,14 @@ def read_measurements(
     unit = time_unit or time_unit_of(time_col)
     if unit not in TIME_UNITS_S:
         raise SpecError(f"time unit {unit!r} is not one of {', '.join(TIME_UNITS_S)}")
-    raw = cols[time_col][keep]
-    t = np.empty(len(raw))
-    for i, v in enumerate(raw):
-        try:
-            t[i] = float(v)
-        except ValueError:
-            raise SpecError(
-                f"{path}: time column {time_col!r} has non-numeric value {str(v)!r}"
-            ) from None
-    if not np.all(np.isfinite(t)) or np.any(t <= 0):
-        bad = raw[~(np.isfinite(t) & (t > 0))][0]
-        raise SpecError(
-            f"{path}: times must be positive numbers; found {str(bad)!r} in {time_col!r}"
-        )
+    ti = header.index(time_col)
+    t = np.array(
+        [
+            parse_float(r[ti], where=tab.where(n), name=time_col, positive=True)
+            for (n, r), k in zip(tab, keep, strict=True)
+            if k
+        ]
+    )
     return Measurements(path, {k: v[keep] for k, v in cols.items()}, t * TIME_UNITS_S[unit])
 
 

@@ -52,6 +52,7 @@ class Estimate:
         e = self
         f = e.memory
         return {
+            "fits": e.memory.fits,
             "model": e.model.id,
             "hardware": e.device.id,
             "tp": e.plan.tp,

@@ -49,27 +49,64 @@ def _split_table(plan: CachePlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, l
     return kv, second, z, names
 
 
-def cache_figure(plan: CachePlan, curves: Sequence[HitCurve]) -> Any:
-    """Two panels: objective over (KV GiB × second pool level); hit ratio vs size."""
+def _grid_note(z: np.ndarray, plan: CachePlan, rate_per_s: float | None) -> str:
+    """Say when the split panel has nothing to compare (empty or one value everywhere)."""
+    vals = z[np.isfinite(z)]
+    if vals.size == 0:
+        return "<br>empty: no split is stable within the memory budget at this rate"
+    if np.ptp(vals) <= 1e-9 * max(1.0, float(np.abs(vals).max())):
+        capped = (
+            plan.objective_kind == "goodput"
+            and rate_per_s is not None
+            and abs(float(vals[0]) - rate_per_s) <= 1e-6 * rate_per_s
+        )
+        why = (
+            " (goodput is capped at the offered rate; raise --rate-per-s to compare splits)"
+            if capped
+            else ""
+        )
+        return f"<br>constant: {float(vals[0]):.3g} in every stable split{why}"
+    return ""
+
+
+def cache_figure(
+    plan: CachePlan,
+    curves: Sequence[HitCurve],
+    *,
+    title: str = "cache budget",
+    rate_per_s: float | None = None,
+) -> Any:
+    """Two panels: objective over (KV GiB × second pool level); hit ratio vs size.
+
+    ``title`` should name the model, device and rate; a split panel that is empty or
+    constant says so in its title.
+    """
     from plotly.subplots import make_subplots
 
     kv, second, z, names = _split_table(plan)
-    title = "SLO goodput (req/s)" if plan.objective_kind == "goodput" else "mean TPOT (ms)"
+    what = "SLO goodput (req/s)" if plan.objective_kind == "goodput" else "mean TPOT (ms)"
     fig = make_subplots(
         rows=1,
         cols=2,
-        subplot_titles=(f"{title} by split (blank = unstable or over budget)", "hit ratio"),
+        horizontal_spacing=0.18,
+        subplot_titles=(
+            f"{what} by split (blank = unstable or over budget){_grid_note(z, plan, rate_per_s)}",
+            "hit ratio",
+        ),
     )
+    dom1 = fig.layout.xaxis.domain[1]
     fig.add_heatmap(
         x=[f"{v:g}" for v in second],
         y=[f"{v:.1f}" for v in kv],
         z=z,
-        colorbar={"title": title, "x": 0.45},
+        text=[[("" if not np.isfinite(v) else f"{v:.3g}") for v in r] for r in z],
+        texttemplate="%{text}",
+        colorbar={"title": {"text": what}, "x": dom1 + 0.01, "thickness": 14},
         row=1,
         col=1,
     )
-    fig.update_xaxes(title_text=f"{names[0]} level", row=1, col=1)
-    fig.update_yaxes(title_text="KV cache (GiB)", row=1, col=1)
+    fig.update_xaxes(title_text=f"{names[0]} level", type="category", row=1, col=1)
+    fig.update_yaxes(title_text="KV cache (GiB)", type="category", row=1, col=1)
     for c in curves:
         fig.add_scatter(x=c.sizes, y=c.hit_ratio, mode="lines", name=c.label, row=1, col=2)
         if c.simulated is not None:
@@ -81,9 +118,21 @@ def cache_figure(plan: CachePlan, curves: Sequence[HitCurve]) -> Any:
                 row=1,
                 col=2,
             )
+    if not curves:
+        fig.add_annotation(
+            text="no cached pool (no offloaded experts, no adapters)", showarrow=False,
+            xref="x2 domain", yref="y2 domain", x=0.5, y=0.5,
+        )  # fmt: skip
     fig.update_xaxes(title_text="cache size (objects per layer / adapters)", row=1, col=2)
     fig.update_yaxes(title_text="hit ratio", range=[0, 1], row=1, col=2)
-    fig.update_layout(title="perfmodel cache curve", height=520, width=1200)
+    fig.update_layout(
+        title={"text": title, "x": 0.02, "xanchor": "left"},
+        height=560,
+        width=1250,
+        margin={"t": 120},
+        showlegend=True,
+        legend={"x": 1.0, "y": 1.0, "xanchor": "right", "bgcolor": "rgba(255,255,255,0.8)"},
+    )
     return fig
 
 

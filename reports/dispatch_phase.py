@@ -245,20 +245,28 @@ def phase_diagram(
     )
 
 
-def phase_figure_html(diagrams: Sequence[PhaseDiagram]) -> str:
-    """Self-contained HTML: one heatmap of layer gain per diagram, each cell annotated
-    with its regime, winning proxy and communication share."""
+def phase_figure(diagrams: Sequence[PhaseDiagram]) -> Any:
+    """One heatmap of layer gain per diagram, each cell annotated with its regime, winning
+    proxy and communication share; a panel whose gain is the same everywhere says so."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    titles = [
-        f"{d.model} on {d.num_gpus}x {d.device} (EP over {d.link}; n*={d.n_star_tokens:.0f})"
+    n = len(diagrams)
+    short = {"comm-dominated": "COMM", "weights": "W", "tokens": "T", "mixed": "MIX"}
+    zs = [
+        np.array([[100 * d.cell(t, s).layer_gain for t in d.tokens_per_gpu] for s in d.skews])
         for d in diagrams
     ]
-    fig = make_subplots(rows=len(diagrams), cols=1, subplot_titles=titles, vertical_spacing=0.12)
-    short = {"comm-dominated": "COMM", "weights": "W", "tokens": "T", "mixed": "MIX"}
-    for row, d in enumerate(diagrams, start=1):
-        z = np.array([[100 * d.cell(t, s).layer_gain for t in d.tokens_per_gpu] for s in d.skews])
+    titles = []
+    for d, z in zip(diagrams, zs, strict=True):
+        t = f"{d.model} on {d.num_gpus}x {d.device} (EP over {d.link}; n*={d.n_star_tokens:.0f})"
+        if np.ptp(z) == 0:
+            t += f" — constant: {z.flat[0]:.1f}% gain in every cell"
+        titles.append(t)
+    gap = 0.16 if n > 1 else 0.0
+    fig = make_subplots(rows=n, cols=1, subplot_titles=titles, vertical_spacing=gap)
+    panel = (1.0 - gap * (n - 1)) / n
+    for row, (d, z) in enumerate(zip(diagrams, zs, strict=True), start=1):
         text = [
             [
                 f"{100 * d.cell(t, s).layer_gain:.1f}%<br>{short[d.cell(t, s).regime]} "
@@ -267,6 +275,7 @@ def phase_figure_html(diagrams: Sequence[PhaseDiagram]) -> str:
             ]
             for s in d.skews
         ]
+        top = 1.0 - (row - 1) * (panel + gap)
         fig.add_trace(
             go.Heatmap(
                 z=z,
@@ -276,10 +285,14 @@ def phase_figure_html(diagrams: Sequence[PhaseDiagram]) -> str:
                 texttemplate="%{text}",
                 colorscale="Viridis",
                 zmin=0,
+                zmax=max(float(z.max()), 1e-9),
                 colorbar={
-                    "title": "gain %",
-                    "len": 1.0 / len(diagrams),
-                    "y": 1 - (row - 0.5) / len(diagrams),
+                    "title": {"text": "gain %"},
+                    "len": panel,
+                    "lenmode": "fraction",
+                    "y": top - panel / 2,
+                    "x": 1.02,
+                    "thickness": 18,
                 },
                 hovertemplate="tokens/GPU %{x}<br>skew %{y}<br>%{text}<extra></extra>",
             ),
@@ -289,9 +302,20 @@ def phase_figure_html(diagrams: Sequence[PhaseDiagram]) -> str:
         fig.update_xaxes(title_text="tokens per GPU", type="category", row=row, col=1)
         fig.update_yaxes(title_text="Zipf skew", type="category", row=row, col=1)
     fig.update_layout(
-        height=420 * len(diagrams),
+        height=440 * n + 80,
         width=1100,
-        title="Makespan-aware dispatch: MoE-layer time gain over the best proxy "
-        "(W = weight-bound, T = token-bound, MIX = both regimes, COMM = >50% all-to-all)",
+        margin={"t": 120, "r": 120},
+        title={
+            "text": "Makespan-aware dispatch: MoE-layer time gain over the best proxy<br>"
+            "<sup>W = weight-bound, T = token-bound, MIX = both regimes, "
+            "COMM = >50% all-to-all</sup>",
+            "x": 0.02,
+            "xanchor": "left",
+        },
     )
-    return str(fig.to_html(include_plotlyjs=True, full_html=True))
+    return fig
+
+
+def phase_figure_html(diagrams: Sequence[PhaseDiagram]) -> str:
+    """Self-contained HTML of :func:`phase_figure` (plotly.js embedded: works offline)."""
+    return str(phase_figure(diagrams).to_html(include_plotlyjs=True, full_html=True))

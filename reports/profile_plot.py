@@ -25,7 +25,36 @@ def _name(profile: MaxAffine, k: int) -> str:
     return profile.piece_names[k] if profile.piece_names else f"piece {k}"
 
 
-def _shade_regimes(fig: go.Figure, x: np.ndarray, active: np.ndarray, profile: MaxAffine) -> None:
+def _ax_x(x: float, log_x: bool) -> float:
+    """An annotation's x: plotly places annotations on a log axis in log10 units (shapes in
+    data units), so a data-unit x there lands at 10**x and stretches the axis to it."""
+    return float(np.log10(x)) if log_x else float(x)
+
+
+def band(
+    fig: go.Figure, x0: float, x1: float, *, text: str, color: str, log_x: bool, right: bool = False
+) -> None:
+    """A translucent x-band with its label inside the top edge (log-axis safe)."""
+    fig.add_vrect(x0=x0, x1=x1, fillcolor=color, opacity=0.08, line_width=0)
+    fig.add_annotation(
+        x=_ax_x(x1 if right else x0, log_x), xref="x", y=1.0, yref="paper", text=text,
+        showarrow=False, xanchor="right" if right else "left", yanchor="top",
+        font={"size": 11},
+    )  # fmt: skip
+
+
+def vline(fig: go.Figure, x: float, *, text: str, log_x: bool, dash: str = "dot") -> None:
+    """A vertical line with a label just below the top of the plot (log-axis safe)."""
+    fig.add_vline(x=x, line_dash=dash)
+    fig.add_annotation(
+        x=_ax_x(x, log_x), xref="x", y=0.93, yref="paper", text=text, showarrow=False,
+        xanchor="left", yanchor="top", bgcolor="rgba(255,255,255,0.8)",
+    )  # fmt: skip
+
+
+def _shade_regimes(
+    fig: go.Figure, x: np.ndarray, active: np.ndarray, profile: MaxAffine, *, log_x: bool
+) -> None:
     """One translucent band per run of consecutive points with the same active piece."""
     start = 0
     for i in range(1, len(x) + 1):
@@ -33,9 +62,9 @@ def _shade_regimes(fig: go.Figure, x: np.ndarray, active: np.ndarray, profile: M
             lo = x[start] if start == 0 else 0.5 * (x[start - 1] + x[start])
             hi = x[i - 1] if i == len(x) else 0.5 * (x[i - 1] + x[i])
             k = int(active[start])
-            fig.add_vrect(
-                x0=lo, x1=hi, fillcolor=PALETTE[k % len(PALETTE)], opacity=0.08, line_width=0,
-                annotation_text=_name(profile, k), annotation_position="top left",
+            band(
+                fig, float(lo), float(hi), text=_name(profile, k),
+                color=PALETTE[k % len(PALETTE)], log_x=log_x,
             )  # fmt: skip
             start = i
 
@@ -86,9 +115,9 @@ def profile_figure(
             x=xa, y=profile(Xa) * US_PER_S, mode="lines+markers",
             name="profile × measured residual", line={"dash": "dot", "color": "#c0392b"},
         ))  # fmt: skip
-    _shade_regimes(fig, xa, pieces.argmax(axis=-1), profile)
+    _shade_regimes(fig, xa, pieces.argmax(axis=-1), profile, log_x=log_x)
     if crossover_x is not None and np.isfinite(crossover_x):
-        fig.add_vline(x=crossover_x, line_dash="dot", annotation_text=f"n* = {crossover_x:.0f}")
+        vline(fig, crossover_x, text=f"n* = {crossover_x:.0f}", log_x=log_x)
     p = profile.provenance
     fig.update_layout(
         title=title or f"{p.op} on {p.device} ({p.source})",
@@ -97,9 +126,22 @@ def profile_figure(
         template="plotly_white",
     )
     if log_x:
-        fig.update_xaxes(type="log")
+        fig.update_xaxes(type="log", range=data_range(xa, log=True))
+    else:
+        fig.update_xaxes(range=data_range(xa, log=False))
     fig.update_yaxes(type="log")
     return fig
+
+
+def data_range(x: np.ndarray, *, log: bool, pad: float = 0.04) -> list[float]:
+    """An axis range spanning the data with a small margin (log10 units on a log axis)."""
+    v = np.asarray(x, dtype=np.float64)
+    v = v[np.isfinite(v) & (v > 0)] if log else v[np.isfinite(v)]
+    if v.size == 0:
+        return [0.0, 1.0]
+    lo, hi = (np.log10(v.min()), np.log10(v.max())) if log else (v.min(), v.max())
+    span = hi - lo if hi > lo else (abs(lo) or 1.0)
+    return [float(lo - pad * span), float(hi + pad * span)]
 
 
 def expert_block_figure(
@@ -144,28 +186,12 @@ def expert_block_figure(
             ))  # fmt: skip
     lo_x, hi_x = float(na.min()), float(na.max())
     if np.isfinite(n_star):
-        fig.add_vrect(
-            x0=lo_x,
-            x1=n_star,
-            fillcolor=PALETTE[0],
-            opacity=0.08,
-            line_width=0,
-            annotation_text="weights regime",
-            annotation_position="top left",
-        )
-        fig.add_vrect(
-            x0=n_star,
-            x1=hi_x,
-            fillcolor=PALETTE[1],
-            opacity=0.08,
-            line_width=0,
-            annotation_text="tokens regime",
-            annotation_position="top right",
-        )
+        band(fig, lo_x, n_star, text="weights regime", color=PALETTE[0], log_x=True)
+        band(fig, n_star, hi_x, text="tokens regime", color=PALETTE[1], log_x=True, right=True)
         label = f"n* = {n_star:.0f}"
         if interval is not None:
             label += f" [{interval[0]:.0f}, {interval[1]:.0f}]"
-        fig.add_vline(x=n_star, line_dash="dash", annotation_text=label)
+        vline(fig, n_star, text=label, log_x=True, dash="dash")
     p = profile.provenance
     fig.update_layout(
         title=title or f"expert block {p.op} on {p.device}",
@@ -173,7 +199,7 @@ def expert_block_figure(
         yaxis_title="block time (µs)",
         template="plotly_white",
     )
-    fig.update_xaxes(type="log")
+    fig.update_xaxes(type="log", range=data_range(np.asarray(na), log=True))
     fig.update_yaxes(type="log")
     return fig
 

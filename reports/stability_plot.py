@@ -10,7 +10,8 @@ REGIMES = ("slo-feasible", "stable", "unstable")
 
 
 
-_COLORS = {"slo-feasible": "#2ca25f", "stable": "#a1d99b", "unstable": "#de2d26"}
+# green / amber / red: told apart by hue and lightness (not two greens)
+_COLORS = {"slo-feasible": "#1a9850", "stable": "#fdd65c", "unstable": "#d73027"}
 
 
 def stability_figure(phase: StabilityPhase) -> Any:
@@ -66,8 +67,8 @@ def stability_figure(phase: StabilityPhase) -> Any:
             go.Scatter(
                 x=[r.service_rate_per_s for r in p.rows],
                 y=ys,
-                mode="lines+markers",
-                line={"color": "black", "width": 3},
+                mode="lines",  # no markers: they would cover the cell labels
+                line={"color": "black", "width": 2.5},
                 name="μ = min(compute, memory): stability boundary",
                 legendgroup="mu",
                 showlegend=show,
@@ -83,7 +84,7 @@ def stability_figure(phase: StabilityPhase) -> Any:
             go.Scatter(
                 x=[r.goodput_per_s for r in feas],
                 y=[r.y for r in feas],
-                mode="lines+markers",
+                mode="lines",
                 line={"color": "#08519c", "dash": "dash", "width": 2},
                 name=f"goodput (SLO p{phase.slo.percentile * 100:g}, goal {phase.slo.goal:.0%})",
                 legendgroup="goodput",
@@ -93,7 +94,11 @@ def stability_figure(phase: StabilityPhase) -> Any:
             row=1,
             col=col,
         )
-        for stable_sim, symbol, label in ((True, "circle", "stable"), (False, "x", "unstable")):
+        # open symbols: the cell's margin label stays readable inside the marker
+        for stable_sim, symbol, label in (
+            (True, "circle-open", "stable"),
+            (False, "square-open", "unstable"),
+        ):
             pts = [pt for pt in p.points if pt.simulated_stable == stable_sim]
             fig.add_trace(
                 go.Scatter(
@@ -102,9 +107,9 @@ def stability_figure(phase: StabilityPhase) -> Any:
                     mode="markers",
                     marker={
                         "symbol": symbol,
-                        "size": 12,
-                        "color": ["white" if pt.agrees else "magenta" for pt in pts],
-                        "line": {"color": "black", "width": 2},
+                        "size": 22,
+                        "color": ["black" if pt.agrees else "magenta" for pt in pts],
+                        "line": {"width": 2},
                     },
                     name=f"simulated: {label} (magenta: disagrees with the formula)",
                     legendgroup=f"sim-{label}",
@@ -123,10 +128,11 @@ def stability_figure(phase: StabilityPhase) -> Any:
         fig.update_yaxes(title_text=p.y_label, type="log", row=1, col=col)
     fig.update_layout(
         title=f"Stability of {phase.model} on {phase.tp}x {phase.device}, workload "
-        f"{phase.workload}: green = meets the SLO, light green = stable, red = unstable "
-        "(cell text: margin 1 − λ/μ)",
-        height=620,
-        width=1400,
+        f"{phase.workload}<br><sup>green = meets the SLO, amber = stable but misses the SLO, "
+        "red = unstable (cell text: margin 1 − λ/μ)</sup>",
+        height=640,
+        width=1350,
+        margin={"t": 110},
         legend={"orientation": "h", "y": -0.15},
     )
     return fig

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,10 @@ from hypothesis import settings
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+# Commands stop after 50 s by default (cli.common.time_limit). Tests run many commands on
+# a loaded machine: give them room; the tests of the limit itself set it explicitly.
+os.environ.setdefault("PERFMODEL_TIME_LIMIT_S", "600")
 
 settings.register_profile("ci", max_examples=60, deadline=None)
 settings.register_profile("dev", max_examples=25, deadline=None)

@@ -133,6 +133,10 @@ def _get(cfg: dict[str, Any], *keys: str, default: Any = None) -> Any:
     return default
 
 
+#: Largest size field a config may hold (2**31: beyond every published model by far).
+MAX_CONFIG_INT = 2**31
+
+
 def _int(cfg: dict[str, Any], where: str, *keys: str, default: int | None = None) -> int:
     """The first of ``keys`` present; errors name the key that was read (or all tried)."""
     found = next((k for k in keys if k in cfg and cfg[k] is not None), None)
@@ -147,9 +151,11 @@ def _int(cfg: dict[str, Any], where: str, *keys: str, default: int | None = None
         or not isinstance(v, int | float)
         or not math.isfinite(v)
         or v != int(v)
-        or v < 0
+        or not 0 <= v <= MAX_CONFIG_INT
     ):
-        raise SpecError(f"{where}: field {found!r} must be a non-negative integer, got {v!r}")
+        raise SpecError(
+            f"{where}: field {found!r} must be an integer in [0, {MAX_CONFIG_INT}], got {v!r}"
+        )
     return int(v)
 
 

@@ -21,7 +21,6 @@ and one row per layer per step, non-negative integers.
 
 from __future__ import annotations
 
-import csv
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -29,6 +28,7 @@ from typing import Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from perfmodel.datafile import parse_int, read_csv
 from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.workload.popularity import zipf_popularity
@@ -202,6 +202,10 @@ def batch_for_model(
     )
 
 
+#: Largest token count (or step/layer id) a counts CSV cell may hold.
+MAX_COUNT = 1_000_000_000_000
+
+
 def load_counts_csv(
     path: str | Path, *, num_experts: int | None = None, top_k: int = 1
 ) -> RoutingBatch:
@@ -210,14 +214,8 @@ def load_counts_csv(
     ``num_experts`` (the model's) is checked against the number of expert columns.
     """
     p = Path(path)
-    try:
-        with p.open(newline="", encoding="utf-8") as f:
-            rows = list(csv.reader(f))
-    except OSError as e:
-        raise SpecError(f"cannot read counts CSV {p}: {e.strerror}") from None
-    if not rows:
-        raise SpecError(f"{p}: empty counts CSV; expected a header step,layer,e0,e1,...")
-    header = [h.strip().lower() for h in rows[0]]
+    tab = read_csv(p, what="counts CSV", lower=True, min_rows=0)
+    header = list(tab.header)
     if header[:2] != ["step", "layer"] or len(header) < 3:
         raise SpecError(
             f"{p}: header must start with 'step,layer' followed by one column per expert"
@@ -228,19 +226,13 @@ def load_counts_csv(
             f"{p}: {E} expert columns but the model has {num_experts} routed experts; "
             "write one column per expert"
         )
-    data = []
-    for n, row in enumerate(rows[1:], start=2):
-        if not row or all(not c.strip() for c in row):
-            continue
-        if len(row) != E + 2:
-            raise SpecError(f"{p} line {n}: {len(row)} fields, expected {E + 2}")
-        try:
-            vals = [int(c) for c in row]
-        except ValueError:
-            raise SpecError(f"{p} line {n}: counts must be integers") from None
-        if min(vals[2:]) < 0:
-            raise SpecError(f"{p} line {n}: counts must be >= 0")
-        data.append(vals)
+    data = [
+        [
+            parse_int(v, where=tab.where(n), name=header[j], max_value=MAX_COUNT)
+            for j, v in enumerate(row)
+        ]
+        for n, row in tab
+    ]
     if not data:
         raise SpecError(f"{p}: no count rows after the header")
     arr = np.asarray(data, dtype=np.int64)

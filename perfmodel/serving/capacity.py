@@ -12,6 +12,7 @@ from typing import Any
 
 from perfmodel.serving.goodput import Goodput, Sizing, goodput, instances_needed
 from perfmodel.serving.latency import LatencyEstimate
+from perfmodel.serving.remedy import Change, cheapest_change, explain_infeasible, practical
 from perfmodel.serving.service import ServiceRate, Stability, latency, service_rate, stability
 from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S
@@ -39,10 +40,22 @@ class CapacityReport:
     latency: LatencyEstimate
     goodput: Goodput
     sizing: Sizing
+    #: the SLO is met at a load worth provisioning for (``serving.remedy.practical``)
+    slo_feasible: bool = True
+    #: when it is not: the cheapest change of dtype, TP or device that makes it so
+    change: Change | None = None
 
     @property
     def limited_by(self) -> str:
-        return self.sizing.limited_by if self.goodput.feasible else "utilization (SLO infeasible)"
+        if not self.slo_feasible:
+            return "SLO infeasible on this configuration"
+        return self.sizing.limited_by
+
+    @property
+    def slo_verdict(self) -> str:
+        if self.slo_feasible:
+            return "feasible"
+        return explain_infeasible(self.goodput, self.service.rate_per_s, self.change)
 
     def to_dict(self) -> dict[str, Any]:
         sr, st, lat, gp, size = (
@@ -53,7 +66,11 @@ class CapacityReport:
             self.sizing,
         )
         plan = self.instance.plan
+        ok = self.slo_feasible
         return {
+            "slo_feasible": ok,
+            "slo_verdict": self.slo_verdict,
+            "change": self.change.to_dict() if self.change else None,
             "model": self.instance.model.id,
             "hardware": self.instance.device.id,
             "engine": self.instance.engine.id if self.instance.engine else None,
@@ -92,11 +109,11 @@ class CapacityReport:
                 "explanation": gp.explanation,
             },
             "sizing": {
-                "instances": size.instances,
-                "devices": size.devices,
+                "instances": size.instances if ok else None,
+                "devices": size.devices if ok else None,
                 "necessary_instances": size.necessary_instances,
                 "guaranteed_instances": size.guaranteed_instances,
-                "utilization": size.utilization,
+                "utilization": size.utilization if ok else None,
                 "limited_by": self.limited_by,
             },
         }
@@ -112,10 +129,14 @@ def capacity(
     kv_capacity_tokens: int | None = None,
     max_batched_tokens: int = 8192,
     chunk_size: int | None = None,
+    find_change: bool = True,
 ) -> CapacityReport:
     """Service rate, stability and latency at ``rate_per_s``, goodput, and sizing.
 
-    ``rate_per_s`` defaults to the trace's rate, else :data:`DEFAULT_LOAD` of ``μ``.
+    ``rate_per_s`` defaults to the trace's rate, else :data:`DEFAULT_LOAD` of ``μ``. When
+    the SLO is met only near zero load the report says "infeasible on this configuration"
+    (no instance count) and, with ``find_change``, carries the cheapest change that makes
+    it practical (``perfmodel.serving.remedy``).
     """
     sr = service_rate(
         inst,
@@ -134,7 +155,22 @@ def capacity(
         target_utilization=target_utilization,
         goodput_per_instance_per_s=gp.rate_per_s if gp.feasible else None,
     )
+    ok = practical(gp, sr.rate_per_s)
+    change = None
+    if not ok and find_change:
+        change = cheapest_change(
+            inst.model,
+            inst.device,
+            inst.plan,
+            workload,
+            slo,
+            rate_per_s,
+            max_batched_tokens=sr.max_batched_tokens,
+            target_utilization=target_utilization,
+        )
     return CapacityReport(
+        slo_feasible=ok,
+        change=change,
         instance=inst,
         workload=workload,
         slo=slo,

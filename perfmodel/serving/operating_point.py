@@ -29,7 +29,6 @@ from perfmodel.step.instance import Instance
 Arr = NDArray[np.float64]
 
 
-
 @dataclass(frozen=True)
 class OperatingPoint:
     chain: BacklogChain

@@ -67,7 +67,6 @@ from perfmodel.workload.lengths import LengthDistribution
 Arr = NDArray[np.float64]
 
 
-
 GRID_PER_BUDGET = 32  # G: grid points per budget B' (64 changes the means by < 0.5 %)
 
 

@@ -13,7 +13,6 @@ from perfmodel.serving.prefill_chain import PROFILE_STEPS, V_NODES, BacklogChain
 Arr = NDArray[np.float64]
 
 
-
 def _lump(z: Arr, n: int) -> Arr:
     """``z`` (non-negative part) on ``0 … n−1`` with the mass beyond lumped at ``n − 1``."""
     z = np.maximum(z, 0.0)

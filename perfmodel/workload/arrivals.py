@@ -30,12 +30,13 @@ class RenewalArrivals:
 
     def __post_init__(self) -> None:
         check_rate(self.rate_per_s)
-        if not (math.isfinite(self.cv) and self.cv > 0):
-            raise SpecError(f"arrival CV must be > 0, got {self.cv}")
+        check_cv(self.cv)
 
     def times_s(self, n: int, rng: np.random.Generator) -> Arr:
         """Arrival times of ``n`` requests, starting after one gap from t = 0."""
         mean_gap = 1.0 / self.rate_per_s
+        if self.cv == 0.0:  # deterministic: evenly spaced arrivals
+            return mean_gap * np.arange(1, n + 1, dtype=np.float64)
         if self.cv == 1.0:
             gaps = rng.exponential(mean_gap, size=n)
         else:
@@ -50,6 +51,18 @@ def poisson(rate_per_s: float) -> RenewalArrivals:
 
 def gamma_arrivals(rate_per_s: float, cv: float) -> RenewalArrivals:
     return RenewalArrivals(rate_per_s, cv)
+
+
+#: Largest inter-arrival CV accepted (the burstiest trace we know has 13.2).
+MAX_ARRIVAL_CV = 1000.0
+
+
+def check_cv(cv: float) -> None:
+    """Inter-arrival CV in [0, MAX_ARRIVAL_CV]: 0 = evenly spaced, 1 = Poisson."""
+    if not (isinstance(cv, int | float) and math.isfinite(cv) and 0 <= cv <= MAX_ARRIVAL_CV):
+        raise SpecError(
+            f"arrival CV must be in [0, {MAX_ARRIVAL_CV:g}] (0 evenly spaced, 1 Poisson), got {cv}"
+        )
 
 
 def check_rate(rate_per_s: float, what: str = "arrival rate") -> None:

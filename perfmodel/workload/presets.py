@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -10,7 +9,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfmodel.errors import SpecError
-from perfmodel.workload.arrivals import RenewalArrivals
+from perfmodel.workload.arrivals import RenewalArrivals, check_cv
 from perfmodel.workload.lengths import LengthDistribution, TruncLogNormal, lognormal_lengths
 from perfmodel.workload.trace import Trace
 
@@ -35,8 +34,7 @@ class Workload:
     trace: Trace | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.arrival_cv) and self.arrival_cv > 0):
-            raise SpecError(f"arrival CV must be > 0, got {self.arrival_cv}")
+        check_cv(self.arrival_cv)
 
     def arrivals(self, rate_per_s: float) -> RenewalArrivals:
         return RenewalArrivals(rate_per_s, self.arrival_cv)

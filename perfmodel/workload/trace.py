@@ -10,7 +10,6 @@ of one service model (``ChatGPT``, ``GPT-4``, …; case-insensitive).
 
 from __future__ import annotations
 
-import csv
 import math
 from dataclasses import dataclass
 from datetime import datetime
@@ -19,6 +18,7 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
+from perfmodel.datafile import CsvTable, parse_float, parse_int, read_csv
 from perfmodel.errors import SpecError
 from perfmodel.workload.lengths import LengthDistribution, empirical_lengths
 
@@ -50,7 +50,9 @@ class Trace:
     def rate_per_s(self) -> float:
         """Mean arrival rate: (n − 1) gaps over the span of the trace."""
         if self.duration_s <= 0:
-            raise SpecError(f"trace {self.source}: needs >= 2 distinct arrival times for a rate")
+            raise SpecError(
+                f"trace {self.source} has no arrival times (or all equal); pass --rate-per-s"
+            )
         return (self.n - 1) / self.duration_s
 
     @property
@@ -74,30 +76,20 @@ _AZURE = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 _BURST = ("Timestamp", "Model", "Request tokens", "Response tokens")
 
 
-def _parse_int(v: str, where: str, col: str) -> int:
-    try:
-        x = int(v.strip())
-    except ValueError:
-        raise SpecError(f"{where}: {col} {v.strip()!r} is not an integer") from None
-    if x < 1:
-        raise SpecError(f"{where}: {col} must be >= 1 token, got {x}")
-    return x
+#: Largest trace accepted by default (rows); a bigger one is refused before any work.
+MAX_TRACE_ROWS = 10_000_000
+#: Largest token count of one request a trace may hold.
+MAX_TRACE_TOKENS = 10_000_000
 
 
 def load_trace(path: str | Path, *, model: str | None = None) -> Trace:
     """Read a trace CSV (Azure, BurstGPT or generic format, see the module docstring);
     ``model`` filters a BurstGPT trace to one service model."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise SpecError(f"cannot read trace {p}: {getattr(e, 'strerror', None) or e}") from None
-    lines = text.splitlines()
-    if not lines or not lines[0].strip():
-        raise SpecError(f"{p}: empty trace file; expected a header row and one row per request")
-    header = [h.strip() for h in next(csv.reader([lines[0]]))]
+    tab = read_csv(p, what="trace", min_rows=0)
+    header = list(tab.header)
     if all(h in header for h in _BURST):
-        return _burstgpt(p, header, lines, model)
+        return _burstgpt(p, tab, model)
     if model is not None:
         raise SpecError(f"{p}: --trace-model applies to BurstGPT traces (a 'Model' column)")
     if all(h in header for h in _AZURE):
@@ -114,35 +106,35 @@ def load_trace(path: str | Path, *, model: str | None = None) -> Trace:
             "'Timestamp,Model,Request tokens,Response tokens,...' (BurstGPT) or "
             "'input_tokens,output_tokens[,arrival_s]'"
         )
+    if len(tab) > MAX_TRACE_ROWS:
+        raise SpecError(f"{p}: {len(tab)} requests, over the {MAX_TRACE_ROWS} limit; cut it")
     s: list[int] = []
     o: list[int] = []
     t: list[float] = []
     t0: datetime | None = None
-    for lineno, row in enumerate(csv.reader(lines[1:]), start=2):
-        if not row or all(not c.strip() for c in row):
-            continue
+    for lineno, row in tab:
         where = f"{p}:{lineno}"
-        if len(row) != len(header):
-            raise SpecError(f"{where}: expected {len(header)} fields, got {len(row)}")
-        s.append(_parse_int(row[cols["in"]], where, header[cols["in"]]))
-        o.append(_parse_int(row[cols["out"]], where, header[cols["out"]]))
+        for key, dest in (("in", s), ("out", o)):
+            name = header[cols[key]]
+            dest.append(
+                parse_int(
+                    row[cols[key]], where=where, name=name, min_value=1, max_value=MAX_TRACE_TOKENS
+                )
+            )
         if ts_col < 0:
             continue
-        raw = row[ts_col].strip()
+        raw = row[ts_col]
         if azure:
             try:
                 ts = datetime.fromisoformat(raw[:26])
             except ValueError:
                 raise SpecError(f"{where}: TIMESTAMP {raw!r} is not an ISO date-time") from None
+            if t0 is not None and (ts.tzinfo is None) != (t0.tzinfo is None):
+                raise SpecError(f"{where}: TIMESTAMP {raw!r} mixes time zones with line 2")
             t0 = t0 or ts
             t.append((ts - t0).total_seconds())
         else:
-            try:
-                t.append(float(raw))
-            except ValueError:
-                raise SpecError(f"{where}: arrival_s {raw!r} is not a number") from None
-            if not math.isfinite(t[-1]):
-                raise SpecError(f"{where}: arrival_s must be finite")
+            t.append(parse_float(raw, where=where, name="arrival_s"))
         if len(t) > 1 and t[-1] < t[-2]:
             raise SpecError(f"{where}: arrival time goes backwards; sort the trace by time")
     if not s:
@@ -151,8 +143,9 @@ def load_trace(path: str | Path, *, model: str | None = None) -> Trace:
     return Trace(str(p), arr - arr[0], np.asarray(s, np.int64), np.asarray(o, np.int64))
 
 
-def _burstgpt(p: Path, header: list[str], lines: list[str], model: str | None) -> Trace:
+def _burstgpt(p: Path, tab: CsvTable, model: str | None) -> Trace:
     """BurstGPT rows (see the module docstring)."""
+    header = list(tab.header)
     ci, cm = header.index("Timestamp"), header.index("Model")
     cs, co = header.index("Request tokens"), header.index("Response tokens")
     want = model.strip().lower() if model is not None else None
@@ -161,12 +154,8 @@ def _burstgpt(p: Path, header: list[str], lines: list[str], model: str | None) -
     o: list[int] = []
     t: list[float] = []
     skipped = 0
-    for lineno, row in enumerate(csv.reader(lines[1:]), start=2):
-        if not row or all(not c.strip() for c in row):
-            continue
+    for lineno, row in tab:
         where = f"{p}:{lineno}"
-        if len(row) != len(header):
-            raise SpecError(f"{where}: expected {len(header)} fields, got {len(row)}")
         name = row[cm].strip()
         seen.add(name)
         if want is not None and name.lower() != want:

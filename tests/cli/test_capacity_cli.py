@@ -35,7 +35,7 @@ def test_capacity_unstable_rate_is_a_result() -> None:
 
 def test_capacity_bad_input_exits_2(tmp_path: Path) -> None:
     r = runner.invoke(app, ["capacity", "--rate-per-s", "-1"])
-    assert r.exit_code == 2 and "arrival rate must be a positive" in r.output
+    assert r.exit_code == 2 and "--rate-per-s must be > 0" in r.output
     bad = tmp_path / "t.csv"
     bad.write_text("input_tokens,output_tokens\n10,5\n10,x\n")
     r = runner.invoke(app, ["capacity", "--trace", str(bad)])

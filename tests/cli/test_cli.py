@@ -106,9 +106,9 @@ def test_predict_gemm_roundtrip(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("content", "needle"),
     [
-        ("m,n\n1,2\n", "missing column(s) k"),
-        ("m,n,k\n1,2,x\n", ":2: column k = 'x' is not a number"),
-        ("m,n,k\n1,2,3\n0,2,3\n", ":3: column m = '0' must be a positive integer"),
+        ("m,n\n1,2\n", "no column(s) k"),
+        ("m,n,k\n1,2,x\n", ":2: k = 'x' is not an integer"),
+        ("m,n,k\n1,2,3\n0,2,3\n", ":3: m = 0 must be >= 1"),
         ("m,n,k,dtype\n1,2,3,fp9\n", ":2: unknown dtype 'fp9'"),
         ("m,n,k\n", "no data rows"),
     ],

@@ -80,9 +80,9 @@ def test_a_measured_latency_column_is_kept(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("bad", "needle"),
     [
-        ("7,8,x,bf16", ":1502: column k = 'x' is not a number"),
-        ("7,-8,9,bf16", ":1502: column n = '-8' must be a positive integer"),
-        ("7.5,8,9,bf16", ":1502: column m = '7.5' must be a positive integer"),
+        ("7,8,x,bf16", ":1502: k = 'x' is not an integer"),
+        ("7,-8,9,bf16", ":1502: n = -8 must be >= 1"),
+        ("7.5,8,9,bf16", ":1502: m = '7.5' is not an integer"),
         ("7,8,9,fp9", ":1502: unknown dtype 'fp9'"),
     ],
 )

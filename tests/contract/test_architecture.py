@@ -104,8 +104,9 @@ def order_violations(module: str, imported: set[str]) -> list[str]:
         if u not in RANKS:
             out.append(f"{module} imports {m}, which is in no ranked folder")
         elif RANKS[u] >= RANKS[me]:
-            out.append(f"{module} imports {m}: {u} (rank {RANKS[u]}) is not below {me} "
-                       f"(rank {RANKS[me]})")
+            out.append(
+                f"{module} imports {m}: {u} (rank {RANKS[u]}) is not below {me} (rank {RANKS[me]})"
+            )
     return out
 
 
@@ -140,8 +141,10 @@ def unit_literals(source: str) -> list[int]:
     for n in ast.walk(ast.parse(source)):
         if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Mult | ast.Div):
             for side in (n.left, n.right):
-                if isinstance(side, ast.Constant) and not isinstance(side.value, bool) and (
-                    isinstance(side.value, float) and side.value in UNIT_LITERALS
+                if (
+                    isinstance(side, ast.Constant)
+                    and not isinstance(side.value, bool)
+                    and (isinstance(side.value, float) and side.value in UNIT_LITERALS)
                 ):
                     lines.append(n.lineno)
         if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Pow):

@@ -90,9 +90,9 @@ def test_csv_round_trip(tmp_path) -> None:
     [
         ("step,layer,e0,e1\n0,0,1,2\n", "2 expert columns but the model has 4"),
         ("step,layer,e0,e1,e2,e3\n0,0,1,-2,3,4\n", ">= 0"),
-        ("step,layer,e0,e1,e2,e3\n0,0,1,x,3,4\n", "integers"),
+        ("step,layer,e0,e1,e2,e3\n0,0,1,x,3,4\n", "is not an integer"),
         ("layer,step,e0,e1,e2,e3\n0,0,1,2,3,4\n", "step,layer"),
-        ("step,layer,e0,e1,e2,e3\n0,0,1,2\n", "4 fields, expected 6"),
+        ("step,layer,e0,e1,e2,e3\n0,0,1,2\n", "expected 6 fields"),
     ],
 )
 def test_csv_errors(tmp_path, text: str, match: str) -> None:

@@ -150,11 +150,11 @@ REGIMES = ("slo-feasible", "stable", "unstable")
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--output-tokens", "100,x"], "--output-tokens must be comma-separated numbers"),
-        (["--kv-grid-tokens", "-5"], "--kv-grid-tokens needs one or more positive numbers"),
+        (["--output-tokens", "100,x"], "--output-tokens: 'x' is not a number"),
+        (["--kv-grid-tokens", "-5"], "--kv-grid-tokens: '-5' must be >= 1"),
         (["--rates", "1"], "--rates must be >= 2"),
-        (["--ttft-slo-ms", "0"], "--ttft-slo-ms must be a positive number"),
-        (["--sim-requests", "-1"], "must be >= 0"),
+        (["--ttft-slo-ms", "0"], "--ttft-slo-ms must be > 0"),
+        (["--sim-requests", "-1"], "--sim-requests must be a non-negative integer"),
         (["--workload", "nope"], "unknown workload"),
     ],
 )
