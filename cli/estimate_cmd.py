@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -65,6 +65,29 @@ def _offline(inst: Instance, label: str, input_len: int, output_len: int, json_o
     )
 
 
+def _render_fit(
+    f: Any, m: Any, d: Any, *, tp: int, pp: int, batch: int, context_len: int
+) -> None:
+    """Feasibility first: fits (and how much KV), or DOES NOT FIT with what would."""
+    from perfmodel.memory import describe_shortfall
+
+    if f.fits:
+        typer.echo(
+            f"  memory: fits; {f.weight_bytes / GiB:.1f} GiB weights/device"
+            f"{f' (stage {f.stage})' if pp > 1 else ''}, KV capacity "
+            f"{f.kv_capacity_tokens:,} tokens = {f.max_batch(context_len)} "
+            f"requests of {context_len} tokens"
+        )
+        if f.max_batch(context_len) < batch:
+            typer.echo(
+                f"  DOES NOT FIT: the KV cache holds {f.max_batch(context_len)} of "
+                f"the batch's {batch} requests; lower --batch or raise --tp"
+            )
+    else:
+        typer.echo("  DOES NOT FIT: " + describe_shortfall(f, m, d, tp))
+        typer.echo("  (the times below are what it would take if it fit; not achievable)")
+
+
 @handle_errors
 def estimate_cmd(
     model: Annotated[str, typer.Option(help="Model id or config.json path.")] = DEFAULT_MODEL,
@@ -102,7 +125,6 @@ def estimate_cmd(
     """Estimate TTFT, TPOT, throughput and memory fit for one static batch."""
     from hardware.device import load_device
     from perfmodel.estimate import estimate
-    from perfmodel.memory import describe_shortfall
     from perfmodel.model import load_model
     from perfmodel.step.instance import Instance
 
@@ -158,21 +180,7 @@ def estimate_cmd(
         f"{m.id} on {where} (weights {plan.weights.describe()}, math {plan.act_dtype}, "
         f"KV {plan.kv_dtype}); batch {batch}, {input_len} in / {output_len} out"
     )
-    if f.fits:
-        typer.echo(
-            f"  memory: fits; {f.weight_bytes / GiB:.1f} GiB weights/device"
-            f"{f' (stage {f.stage})' if pp > 1 else ''}, KV capacity "
-            f"{f.kv_capacity_tokens:,} tokens = {f.max_batch(input_len + output_len)} "
-            f"requests of {input_len + output_len} tokens"
-        )
-        if f.max_batch(input_len + output_len) < batch:
-            typer.echo(
-                f"  DOES NOT FIT: the KV cache holds {f.max_batch(input_len + output_len)} of "
-                f"the batch's {batch} requests; lower --batch or raise --tp"
-            )
-    else:
-        typer.echo("  DOES NOT FIT: " + describe_shortfall(f, m, d, tp))
-        typer.echo("  (the times below are what it would take if it fit; not achievable)")
+    _render_fit(f, m, d, tp=tp, pp=pp, batch=batch, context_len=input_len + output_len)
     for note in (*prec.notes, *m.warnings, *_link_notes(plan, d)):
         typer.echo(f"  note: {note}")
     if pp > 1:

@@ -14,6 +14,44 @@ REGIMES = ("slo-feasible", "stable", "unstable")
 _COLORS = {"slo-feasible": "#1a9850", "stable": "#fdd65c", "unstable": "#d73027"}
 
 
+def _add_sim_points(fig: Any, p: Any, col: int) -> None:
+    """Simulated points, open circles where the simulator found the rate stable, open
+    squares where not; black where it agrees with the formula (legend on panel 1)."""
+    import plotly.graph_objects as go
+
+    show = col == 1
+    # open symbols: the cell's margin label stays readable inside the marker
+    for stable_sim, symbol, label in (
+        (True, "circle-open", "stable"),
+        (False, "square-open", "unstable"),
+    ):
+        pts = [pt for pt in p.points if pt.simulated_stable == stable_sim]
+        fig.add_trace(
+            go.Scatter(
+                x=[pt.rate_per_s for pt in pts],
+                y=[pt.y for pt in pts],
+                mode="markers",
+                marker={
+                    "symbol": symbol,
+                    "size": 22,
+                    "color": ["black" if pt.agrees else "magenta" for pt in pts],
+                    "line": {"width": 2},
+                },
+                name=f"simulated: {label} (magenta: disagrees with the formula)",
+                legendgroup=f"sim-{label}",
+                showlegend=show,
+                customdata=[
+                    [pt.utilization, pt.queue_growth_per_s, pt.throughput_per_s] for pt in pts
+                ],
+                hovertemplate="simulated λ = %{x:.3g} req/s (ρ = %{customdata[0]:.2f})"
+                "<br>queue growth %{customdata[1]:.3g} req/s<br>throughput "
+                "%{customdata[2]:.3g} req/s<extra></extra>",
+            ),
+            row=1,
+            col=col,
+        )
+
+
 def stability_figure(phase: StabilityPhase) -> Any:
     """Plotly figure: one heatmap per panel (regime colour, margin in each cell), the
     boundary ``μ`` and the goodput as lines, simulated points as markers."""
@@ -94,36 +132,7 @@ def stability_figure(phase: StabilityPhase) -> Any:
             row=1,
             col=col,
         )
-        # open symbols: the cell's margin label stays readable inside the marker
-        for stable_sim, symbol, label in (
-            (True, "circle-open", "stable"),
-            (False, "square-open", "unstable"),
-        ):
-            pts = [pt for pt in p.points if pt.simulated_stable == stable_sim]
-            fig.add_trace(
-                go.Scatter(
-                    x=[pt.rate_per_s for pt in pts],
-                    y=[pt.y for pt in pts],
-                    mode="markers",
-                    marker={
-                        "symbol": symbol,
-                        "size": 22,
-                        "color": ["black" if pt.agrees else "magenta" for pt in pts],
-                        "line": {"width": 2},
-                    },
-                    name=f"simulated: {label} (magenta: disagrees with the formula)",
-                    legendgroup=f"sim-{label}",
-                    showlegend=show,
-                    customdata=[
-                        [pt.utilization, pt.queue_growth_per_s, pt.throughput_per_s] for pt in pts
-                    ],
-                    hovertemplate="simulated λ = %{x:.3g} req/s (ρ = %{customdata[0]:.2f})"
-                    "<br>queue growth %{customdata[1]:.3g} req/s<br>throughput "
-                    "%{customdata[2]:.3g} req/s<extra></extra>",
-                ),
-                row=1,
-                col=col,
-            )
+        _add_sim_points(fig, p, col)
         fig.update_xaxes(title_text="arrival rate (req/s)", type="log", row=1, col=col)
         fig.update_yaxes(title_text=p.y_label, type="log", row=1, col=col)
     fig.update_layout(

@@ -244,6 +244,30 @@ def _mla(cfg: dict[str, Any], where: str) -> MLA | None:
     )
 
 
+#: Families whose MLP is two matrices (up, down) whatever their activation.
+_PLAIN_MLP = ("opt", "gpt2", "gptj", "gpt_neox", "falcon", "bloom", "phi", "nemotron_h")
+
+
+def _gated_mlp(cfg: dict[str, Any], family: str) -> bool:
+    """Gated (gate, up, down) MLP unless the family or a relu² activation says otherwise."""
+    act = str(_get(cfg, "hidden_act", "activation_function", default="silu")).lower()
+    gated = act in ("silu", "swiglu", "gelu_pytorch_tanh", "geglu", "gelu")
+    return gated and family not in _PLAIN_MLP and act != "relu2"
+
+
+def _sparse_attn(cfg: dict[str, Any], where: str, mla: Any) -> SparseAttn | None:
+    """DeepSeek DSA top-k sparse attention with its indexer (MLA models only)."""
+    if not _get(cfg, "index_topk"):
+        return None
+    if mla is None:
+        raise SpecError(f"{where}: index_topk (DSA sparse attention) is modelled with MLA only")
+    return SparseAttn(
+        top_k=_int(cfg, where, "index_topk"),
+        index_heads=_int(cfg, where, "index_n_heads"),
+        index_dim=_int(cfg, where, "index_head_dim"),
+    )
+
+
 def spec_fields(cfg: dict[str, Any], *, id: str = "", where: str = "") -> dict[str, Any]:
     """Keyword arguments of ``ModelSpec`` from a config dict."""
     top = cfg
@@ -261,19 +285,7 @@ def spec_fields(cfg: dict[str, Any], *, id: str = "", where: str = "") -> dict[s
         raise SpecError(f"{where}: hidden_size, num_hidden_layers, num_attention_heads must be > 0")
     head_dim = _int(cfg, where, "head_dim", default=hidden // heads)
     vocab = _a(cfg, where, "vocab")
-    act = str(_get(cfg, "hidden_act", "activation_function", default="silu")).lower()
-    gated = act in ("silu", "swiglu", "gelu_pytorch_tanh", "geglu", "gelu") and family != "opt"
-    if family in (
-        "opt",
-        "gpt2",
-        "gptj",
-        "gpt_neox",
-        "falcon",
-        "bloom",
-        "phi",
-        "nemotron_h",
-    ) or act in ("relu2",):
-        gated = False
+    gated = _gated_mlp(cfg, family)
     intermediate = _int(
         cfg, where, "intermediate_size_mlp", "intermediate_size", "ffn_dim", default=4 * hidden
     )
@@ -310,15 +322,7 @@ def spec_fields(cfg: dict[str, Any], *, id: str = "", where: str = "") -> dict[s
         )
     ):
         specs = ()  # uniform after all
-    sparse = None
-    if _get(cfg, "index_topk"):
-        sparse = SparseAttn(
-            top_k=_int(cfg, where, "index_topk"),
-            index_heads=_int(cfg, where, "index_n_heads"),
-            index_dim=_int(cfg, where, "index_head_dim"),
-        )
-        if mla is None:
-            raise SpecError(f"{where}: index_topk (DSA sparse attention) is modelled with MLA only")
+    sparse = _sparse_attn(cfg, where, mla)
     tied = bool(cfg.get("tie_word_embeddings", family == "opt"))
     learned_pos = 0
     if family == "opt":
