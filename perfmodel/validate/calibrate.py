@@ -275,6 +275,20 @@ def calibrate(
     )
 
 
+def _finite_only(d: Any) -> Any:
+    """The table without non-finite numbers (TOML has no null; an empty group's error is
+    NaN): such entries are left out, and readers refuse NaN."""
+    if isinstance(d, dict):
+        return {k: _finite_only(v) for k, v in d.items() if not _nonfinite(v)}
+    if isinstance(d, list):
+        return [_finite_only(v) for v in d if not _nonfinite(v)]
+    return d
+
+
+def _nonfinite(v: Any) -> bool:
+    return isinstance(v, float) and not math.isfinite(v)
+
+
 def engine_toml_table(cal: Calibration, *, data: str, default: bool = False) -> dict[str, Any]:
     """The calibrated engine as a TOML table (``hardware/engines`` layout) with provenance."""
     e = cal.engine
@@ -290,7 +304,7 @@ def engine_toml_table(cal: Calibration, *, data: str, default: bool = False) -> 
         "calibrated": sorted(
             {k.partition("@")[2] for k in cal.params if "/" in k.partition("@")[2]}
         ),
-        "provenance": {"data": data, **cal.to_dict()},
+        "provenance": _finite_only({"data": data, **cal.to_dict()}),
         "host": {
             "iteration_overhead_s": e.iteration_overhead_s,
             "per_request_overhead_s": e.per_request_overhead_s,
