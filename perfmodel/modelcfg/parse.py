@@ -268,6 +268,18 @@ def _sparse_attn(cfg: dict[str, Any], where: str, mla: Any) -> SparseAttn | None
     )
 
 
+def _published(cfg: dict[str, Any], where: str, key: str) -> float | None:
+    """A model card's parameter count (catalog entries): a positive finite number or absent."""
+    v = cfg.get(key)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and v > 0):
+        raise SpecError(
+            f"{where}: field {key!r} must be a positive number of parameters, got {v!r}"
+        )
+    return float(v)
+
+
 def spec_fields(cfg: dict[str, Any], *, id: str = "", where: str = "") -> dict[str, Any]:
     """Keyword arguments of ``ModelSpec`` from a config dict."""
     top = cfg
@@ -342,8 +354,8 @@ def spec_fields(cfg: dict[str, Any], *, id: str = "", where: str = "") -> dict[s
     quant, qwarn = parse_quantization(
         top if "quantization_config" in top else cfg, base=base, where=where
     )
-    published = cfg.get("published_params")
-    published_active = cfg.get("published_active_params")
+    published = _published(cfg, where, "published_params")
+    published_active = _published(cfg, where, "published_active_params")
     return dict(
         id=mid,
         name=str(cfg.get("name", mid)),

@@ -161,7 +161,9 @@ def moe_layers(cfg: dict[str, Any], layers: int, where: str) -> tuple[int, ...]:
         return tuple(i for i in range(layers) if (i + 1) % step == 0)
     step = _n(cfg, "decoder_sparse_step", where, 1)
     only_mlp = cfg.get("mlp_only_layers") or []
-    if not isinstance(only_mlp, list):
+    if not isinstance(only_mlp, list) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in only_mlp
+    ):
         raise SpecError(f"{where}: field 'mlp_only_layers' must be a list of layer indices")
     only_mlp = set(only_mlp)
     return tuple(i for i in range(layers) if (i + 1) % step == 0 and i not in only_mlp)
