@@ -35,24 +35,9 @@ from pathlib import Path
 
 from perfmodel.errors import SpecError
 from perfmodel.units import MS_PER_S
+from perfmodel.validate.data import REQUIRED
 
-COLUMNS = (
-    "device",
-    "model",
-    "engine",
-    "precision",
-    "kv_precision",
-    "tp",
-    "pp",
-    "isl",
-    "osl",
-    "batch_size",
-    "metric",
-    "value",
-    "request_rate_per_s",
-    "concurrency",
-    "source",
-)
+COLUMNS = (*REQUIRED, "request_rate_per_s", "concurrency", "source")
 
 PERF_OVERVIEW = "trtllm_perf_overview_a100_h100.csv"
 STATIC_BATCH = "trtllm_static_batch_a100_h100.csv"
