@@ -64,6 +64,21 @@ class DecodeProfile:
     def step_at(self, n: float) -> float:
         return float(np.interp(n, self.batch_grid, self.step_s))
 
+    @property
+    def capacity_rate_per_s(self) -> float:
+        """Largest rate with a fixed point ``N̄ ≤ c``: ``max_{n ≤ c} n / (E[o − 1]·t(n))``
+        over decoding requests, per routed request (``÷ P(o ≥ 2)``).
+
+        Not ``c / (E[o − 1]·t(c))``: a step time with jumps (tile padding) can make a
+        batch below the slots carry more requests per second than the full one.
+        """
+        en = float(np.dot(self.step_weights, self.steps))
+        n = np.append(
+            self.batch_grid[(self.batch_grid > 0) & (self.batch_grid < self.slots)], self.slots
+        )
+        t = np.interp(n, self.batch_grid, self.step_s)
+        return float((n / (en * t)).max()) / self.multi_fraction
+
     def mean_batch(self, rate_per_s: float, limit: float | None = None) -> float | None:
         """Fixed point ``N̄ = r·E[o−1]·t(N̄)``; None when it reaches the slots (unstable)."""
         en = float(np.dot(self.step_weights, self.steps))
@@ -260,8 +275,7 @@ def decode_goodput(profile: DecodeProfile, slo: SLO) -> PhaseGoodput:
     q = slo.percentile
     cfg = profile.config
     floor = weighted_quantile(profile.floor_tpot, profile.floor_weights, q)
-    en = float(np.dot(profile.step_weights, profile.steps))
-    cap = profile.slots / (en * profile.step_at(profile.slots)) / profile.multi_fraction
+    cap = profile.capacity_rate_per_s
     link_cap = 1.0 / profile.receive_s_mean if profile.receive_s_mean > 0 else math.inf
     if floor > slo.tpot_s:
         return PhaseGoodput(

@@ -330,3 +330,71 @@ def test_pd_ratio_of_a_mix_with_itself_is_one() -> None:
 def test_not_checkable_says_what_is_missing() -> None:
     o = run("not_checkable", missing="no linear attention")
     assert o.not_checkable == "no linear attention"
+
+
+def test_pd_gain_by_hand_at_loose_slo() -> None:
+    """Fixed 1024/128 requests, Llama-3.1-8B, H100 TP1, SLOs so loose that every goodput is
+    its capacity: prefill ``1/t(1024-token prompt)`` (1024 > L_m, so one prompt per batch),
+    decode ``max_{n ≤ c} n/(127·t(n))`` (Little's law over the 127 decode steps, c the KV
+    slots), PD per GPU ``1/(1/g_p + 1/g_d)``; colocated: its service rate μ. Each from the
+    step-time and memory primitives, not from the planner."""
+    from perfmodel.pd.config import PhaseConfig
+    from perfmodel.pd.prefill import prefill_batch_tokens
+    from perfmodel.workload.lengths import LengthDistribution
+    from perfmodel.workload.presets import Workload
+
+    h100 = load_device("h100-sxm")
+    inst = Instance(M8, h100, ParallelPlan(tp=1))
+    assert prefill_batch_tokens(M8, PhaseConfig("prefill", h100, ParallelPlan(tp=1))) < 1024
+    g_p = 1.0 / float(inst.iteration_s(Batch.prefill(1, 1024)))
+    # decode KV: 90 % of HBM − weights − the activation reserve of ~2 slots' tokens
+    m0 = memory_fit(M8, h100, ParallelPlan(tp=1), max_batched_tokens=256).kv_capacity_tokens
+    reserve = int(min(max(256, 2 * m0 / 1152), 8192))
+    slots = memory_fit(M8, h100, ParallelPlan(tp=1), max_batched_tokens=reserve).kv_capacity_tokens
+    slots /= 1152
+    n = np.append(np.arange(1.0, slots), slots)
+    g_d = float((n / (127 * inst.iteration_s(Batch.decode(n, 1024 + 63)))).max())
+    pd_per_gpu = 1.0 / (1.0 / g_p + 1.0 / g_d)
+    lengths = LengthDistribution("fixed", np.array([1024]), np.array([128]), np.array([1.0]))
+    mu = service_rate(inst, Workload("fixed", lengths), max_batched_tokens=2048).rate_per_s
+    o = run(
+        "pd_gain",
+        model="llama-3.1-8b",
+        device="h100-sxm",
+        input_tokens=1024,
+        output_tokens=128,
+        ttft_slo_ms=1e6,
+        tpot_slo_ms=1e6,
+        tps=[1],
+    )
+    steps = dict(o.steps)
+    assert float(steps["prefill config, goodput per instance (req/s)"].split(", ")[1]) == (
+        pytest.approx(g_p, rel=2e-3)
+    )
+    assert float(steps["decode config, goodput per instance (req/s)"].split(", ")[1]) == (
+        pytest.approx(g_d, rel=2e-3)
+    )
+    assert float(steps["PD goodput per GPU at scale (req/s)"]) == pytest.approx(pd_per_gpu, 3e-3)
+    # the colocated bisection stops within its 2 % tolerance below μ
+    assert o.value == pytest.approx(pd_per_gpu / mu, rel=0.025)
+    assert o.value >= pd_per_gpu / mu * (1 - 1e-3)
+
+
+def test_decode_goodput_never_exceeds_its_capacity() -> None:
+    """The capacity is the largest Little's-law rate over every batch up to the slots: a
+    step time with a jump (tile padding) below the slots makes it larger than
+    ``c/(E[o−1]·t(c))``, and the goodput search must be bracketed by it."""
+    from perfmodel.pd.config import PhaseConfig, kv_link
+    from perfmodel.pd.decode import decode_goodput, decode_profile
+    from perfmodel.workload.lengths import LengthDistribution
+    from perfmodel.workload.slo import SLO
+
+    h100 = load_device("h100-sxm")
+    lengths = LengthDistribution("fixed", np.array([1024]), np.array([128]), np.array([1.0]))
+    pc, dc = (PhaseConfig(ph, h100, ParallelPlan(tp=1)) for ph in ("prefill", "decode"))
+    prof = decode_profile(M8, dc, lengths, link=kv_link(pc, dc))
+    g = decode_goodput(prof, SLO(ttft_s=1e3, tpot_s=1e3))
+    at_slots = prof.slots / (127 * prof.step_at(prof.slots))
+    assert prof.capacity_rate_per_s >= at_slots
+    assert g.rate_per_s <= prof.capacity_rate_per_s
+    assert g.rate_per_s == pytest.approx(prof.capacity_rate_per_s, rel=2e-3)
