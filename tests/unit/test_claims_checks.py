@@ -398,3 +398,33 @@ def test_decode_goodput_never_exceeds_its_capacity() -> None:
     assert prof.capacity_rate_per_s >= at_slots
     assert g.rate_per_s <= prof.capacity_rate_per_s
     assert g.rate_per_s == pytest.approx(prof.capacity_rate_per_s, rel=2e-3)
+
+
+def test_dispatch_regime_comm_share_scales_with_the_link_by_hand(tmp_path: Path) -> None:
+    """DeepSeek-V3 EP over 64 H100s at 128 tokens/GPU: each GPU sends 128·8·7168·2 B =
+    14.7 MB for dispatch and again for combine over its 50 GB/s NIC (bandwidth-bound:
+    ≥ 0.58 ms, ≫ the 5 µs latency). The share s = c/(c + b) fixes c/b; a NIC 100× slower
+    multiplies c by 100 and leaves the expert block b alone, so s' = 100r/(100r + 1),
+    r = s/(1 − s)."""
+    txt = Path("hardware/catalog/h100-sxm.toml").read_text()
+    slow = txt.replace(
+        "bw_per_direction_bytes_per_s = 50e9", "bw_per_direction_bytes_per_s = 0.5e9"
+    )
+    assert slow != txt
+    (tmp_path / "slow.toml").write_text(slow)
+
+    def share(device: str, tokens: list[int], agg: str = "min") -> float:
+        v = {"model": "deepseek-v3", "device": device, "num_gpus": 64, "tokens_per_gpu": tokens}
+        v |= {"skew": 1.0, "field": "comm_share", "aggregate": agg, "samples": 1}
+        return float(get_check("dispatch_regime")(Side(tmp_path, v, "test")).value)
+
+    s = share("h100-sxm", [128])
+    assert s > 0.5  # communication-dominated (the library's DeepSeek claim)
+    r = s / (1 - s)
+    assert share(str(tmp_path / "slow.toml"), [128]) == pytest.approx(
+        100 * r / (100 * r + 1), abs=1e-3
+    )
+    # the aggregate over cells: two token counts, mean halfway between min and max
+    lo, hi, mean = (share("h100-sxm", [16, 128], a) for a in ("min", "max", "mean"))
+    assert lo < hi
+    assert mean == pytest.approx((lo + hi) / 2)
