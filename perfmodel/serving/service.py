@@ -78,6 +78,7 @@ from perfmodel.serving.classic_queues import (
     work_conserving_capacity_tokens_per_s,
 )
 from perfmodel.serving.latency import LatencyEstimate, estimate_latency
+from perfmodel.serving.preemption import recompute_tokens_per_request
 from perfmodel.serving.servemix import (
     DEFAULT_WATERMARK,
     PROMPT_BINS,
@@ -113,6 +114,7 @@ class ServiceRate(OnInstance):
     moments: RequestMoments
     effective_kv_tokens: float = 0.0  # M_eff = M − watermark·M − E[c²]/(2E[c]) (× pp)
     admission_slack_tokens: float = 0.0  # E[c²]/(2E[c]): KV left free by FIFO admission
+    recompute_tokens: float = 0.0  # R: prompt tokens recomputed per request after preemption
 
     @property
     def largest_request_fits(self) -> bool:
@@ -223,14 +225,24 @@ def service_rate(
     r_memory = m_eff / m.lifetime_kv_token_steps
     t = inst.iteration_s(mix_batch(np.array([r_compute, r_memory]), m))
     t_full, t_mem = float(t[0]), float(t[1])
+    recompute = 0.0
     if r_memory < r_compute:  # the cache fills before the budget: iterations are not full
+        # a full cache preempts: R tokens per request are prefilled again (preemption.py);
+        # an engine that reserves a request's whole KV at admission never preempts
+        if inst.engine is None or inst.engine.kv_reservation == "incremental":
+            recompute = recompute_tokens_per_request(
+                lengths.output_tokens,
+                lengths.weights,
+                decode_growth_tokens=m.decode_steps,
+                admission_slack_tokens=slack,
+            )
         s_vals, s_w = compress_atoms(lengths.input_tokens, lengths.weights, PROMPT_BINS)
         t_mem = poisson_iteration_s(
             inst,
             s_vals,
             s_w,
             m,
-            prompts_per_step=r_memory,
+            prompts_per_step=r_memory * (1.0 + recompute / m.input_tokens),
             decode_seqs=min(r_memory * m.decode_steps, B - 1.0),
             max_batched_tokens=B,
         )
@@ -256,6 +268,7 @@ def service_rate(
         moments=m,
         effective_kv_tokens=pp * m_eff,
         admission_slack_tokens=slack,
+        recompute_tokens=recompute,
     )
 
 
