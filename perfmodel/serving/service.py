@@ -29,8 +29,11 @@ life, a saturated engine completes ``L/E[g]`` requests per iteration, i.e.
   on average ``E[c²]/(2E[c])`` (the inspection paradox,
   :func:`perfmodel.classic_queues.renewal_mean_age`). Hence
   ``L = M_eff = M − ⌊w·M⌋ − E[c²]/(2E[c])``. Neglected: decode growth into that gap
-  between completions (it refills up to ``E[o−1]`` tokens: ``M_eff`` is slightly low)
-  and the recompute after preemptions (rare when a prompt is admitted whole).
+  between completions (it refills up to ``E[o−1]`` tokens: ``M_eff`` is slightly low).
+* *Recompute.* A full cache preempts: ``R`` prompt tokens per request are prefilled
+  again (:mod:`perfmodel.serving.preemption`), so ``b̄`` below is taken with
+  ``1 + R/E[s]`` prompt passes per request (not for an engine that reserves a request's
+  whole KV at admission).
 * *Iteration time.* At that operating point ``r = M_eff/E[g]`` prompts start per
   iteration and ``n_d = r·E[o−1]`` requests decode (Little). The prompts come as whole
   chunks, ``K ~ Poisson(r·E[chunks])`` per iteration, so
@@ -42,10 +45,10 @@ life, a saturated engine completes ``L/E[g]`` requests per iteration, i.e.
   fills before the cache, compute binds, and ``b̄`` is the mean batch's time.)
 
 Both quantities follow from the length distribution, the chunk size and the engine's
-watermark; nothing is fitted to the simulator. Known limit: with chunks much smaller
-than the prompts (``C`` = 512–2,048 for ``chat``) the engine admits requests whose later
-chunks do not fit and preempts others to run them; the recompute costs 14–25 % of the
-memory-bound throughput at ``M`` = 100,000, which this bound does not model.
+watermark; nothing is fitted to the simulator. Known limit: with a budget much larger
+than the chunk (``B`` = 2,048, ``C`` = 512) several first chunks are admitted at once and
+the simulator preempts more than ``R`` says (``chat`` at ``M`` = 100,000: 14–25 % of the
+memory-bound throughput).
 
 * :func:`stability` -> :class:`Stability`: verdict, utilization ``λ/μ`` and margin.
 * :func:`latency` -> :class:`perfmodel.latency.LatencyEstimate`: TTFT/TPOT means and
