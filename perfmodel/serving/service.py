@@ -29,8 +29,11 @@ life, a saturated engine completes ``L/E[g]`` requests per iteration, i.e.
   on average ``E[c²]/(2E[c])`` (the inspection paradox,
   :func:`perfmodel.classic_queues.renewal_mean_age`). Hence
   ``L = M_eff = M − ⌊w·M⌋ − E[c²]/(2E[c])``. Neglected: decode growth into that gap
-  between completions (it refills up to ``E[o−1]`` tokens: ``M_eff`` is slightly low)
-  and the recompute after preemptions (rare when a prompt is admitted whole).
+  between completions (it refills up to ``E[o−1]`` tokens: ``M_eff`` is slightly low).
+* *Recompute.* A full cache preempts: ``R`` prompt tokens per request are prefilled
+  again (:mod:`perfmodel.serving.preemption`), so ``b̄`` below is taken with
+  ``1 + R/E[s]`` prompt passes per request (not for an engine that reserves a request's
+  whole KV at admission).
 * *Iteration time.* At that operating point ``r = M_eff/E[g]`` prompts start per
   iteration and ``n_d = r·E[o−1]`` requests decode (Little). The prompts come as whole
   chunks, ``K ~ Poisson(r·E[chunks])`` per iteration, so
@@ -42,10 +45,10 @@ life, a saturated engine completes ``L/E[g]`` requests per iteration, i.e.
   fills before the cache, compute binds, and ``b̄`` is the mean batch's time.)
 
 Both quantities follow from the length distribution, the chunk size and the engine's
-watermark; nothing is fitted to the simulator. Known limit: with chunks much smaller
-than the prompts (``C`` = 512–2,048 for ``chat``) the engine admits requests whose later
-chunks do not fit and preempts others to run them; the recompute costs 14–25 % of the
-memory-bound throughput at ``M`` = 100,000, which this bound does not model.
+watermark; nothing is fitted to the simulator. Known limit: with a budget much larger
+than the chunk (``B`` = 2,048, ``C`` = 512) several first chunks are admitted at once and
+the simulator preempts more than ``R`` says (``chat`` at ``M`` = 100,000: 14–25 % of the
+memory-bound throughput).
 
 * :func:`stability` -> :class:`Stability`: verdict, utilization ``λ/μ`` and margin.
 * :func:`latency` -> :class:`perfmodel.latency.LatencyEstimate`: TTFT/TPOT means and
@@ -78,6 +81,7 @@ from perfmodel.serving.classic_queues import (
     work_conserving_capacity_tokens_per_s,
 )
 from perfmodel.serving.latency import LatencyEstimate, estimate_latency
+from perfmodel.serving.preemption import recompute_tokens_per_request
 from perfmodel.serving.servemix import (
     DEFAULT_WATERMARK,
     PROMPT_BINS,
@@ -113,6 +117,7 @@ class ServiceRate(OnInstance):
     moments: RequestMoments
     effective_kv_tokens: float = 0.0  # M_eff = M − watermark·M − E[c²]/(2E[c]) (× pp)
     admission_slack_tokens: float = 0.0  # E[c²]/(2E[c]): KV left free by FIFO admission
+    recompute_tokens: float = 0.0  # R: prompt tokens recomputed per request after preemption
 
     @property
     def largest_request_fits(self) -> bool:
@@ -223,14 +228,24 @@ def service_rate(
     r_memory = m_eff / m.lifetime_kv_token_steps
     t = inst.iteration_s(mix_batch(np.array([r_compute, r_memory]), m))
     t_full, t_mem = float(t[0]), float(t[1])
+    recompute = 0.0
     if r_memory < r_compute:  # the cache fills before the budget: iterations are not full
+        # a full cache preempts: R tokens per request are prefilled again (preemption.py);
+        # an engine that reserves a request's whole KV at admission never preempts
+        if inst.engine is None or inst.engine.kv_reservation == "incremental":
+            recompute = recompute_tokens_per_request(
+                lengths.output_tokens,
+                lengths.weights,
+                decode_growth_tokens=m.decode_steps,
+                admission_slack_tokens=slack,
+            )
         s_vals, s_w = compress_atoms(lengths.input_tokens, lengths.weights, PROMPT_BINS)
         t_mem = poisson_iteration_s(
             inst,
             s_vals,
             s_w,
             m,
-            prompts_per_step=r_memory,
+            prompts_per_step=r_memory * (1.0 + recompute / m.input_tokens),
             decode_seqs=min(r_memory * m.decode_steps, B - 1.0),
             max_batched_tokens=B,
         )
@@ -256,6 +271,7 @@ def service_rate(
         moments=m,
         effective_kv_tokens=pp * m_eff,
         admission_slack_tokens=slack,
+        recompute_tokens=recompute,
     )
 
 
