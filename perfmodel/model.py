@@ -178,9 +178,12 @@ class ModelSpec:
         head = 0 if self.tied_embeddings else self.vocab * self.hidden
         return emb + head
 
-    def _norm_params_per_layer(self) -> int:
-        n = 2 * self.hidden * (2 if self.family == "opt" else 1)  # OPT LayerNorm has bias
-        if self.family in ("qwen3", "qwen3_moe"):
+    def _norm_params(self, ls: LayerSpec) -> int:
+        """The pre-norms of one layer: one per sub-block that exists (a DeciLM no-op
+        attention or FFN, and the absent half of a Nemotron-H layer, have none)."""
+        blocks = (ls.mixer != "none") + (ls.mlp != "none")
+        n = blocks * self.hidden * (2 if self.family == "opt" else 1)  # OPT LayerNorm has bias
+        if self.family in ("qwen3", "qwen3_moe") and ls.is_attention:
             n += 2 * self.head_dim  # q_norm, k_norm
         return n
 
@@ -197,7 +200,7 @@ class ModelSpec:
         g["other"] = self.hidden  # final norm
         for ls in self.layer_plan:
             g["attention"] += self.mixer_params(ls)
-            g["other"] += self._norm_params_per_layer()
+            g["other"] += self._norm_params(ls)
             if ls.mlp in ("dense", "moe") and ls.intermediate:
                 g["dense_mlp"] += self.mlp_params(ls.intermediate)
             elif ls.mlp == "proj":

@@ -8,6 +8,7 @@ Each parameter count is checked twice: against the formula written out here by h
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from perfmodel.errors import SpecError
 from perfmodel.model import load_model, model_from_config
 from perfmodel.step.batch import Batch
 from tests.conftest import shared_file
+from tests.golden import decilm_published
 
 DATA = Path(__file__).parents[1] / "data" / "hf"
 
@@ -153,7 +155,8 @@ def test_decilm_blocks_by_hand() -> None:
     h = 1024
     attn = lambda kv: 2 * h * h + 2 * h * kv * 64  # noqa: E731
     want = 2 * 1000 * h + attn(4) + 3 * h * 1536 + 3 * h * 768 + h * h + attn(1) + 3 * h * 2560
-    assert m.params == want + 4 * 2 * h + h
+    # a pre-norm per sub-block that exists: 2 + 1 (no-op attention) + 1 (no-op FFN) + 2
+    assert m.params == want + 6 * h + h
     assert m.kv_bytes_per_token("bf16") == (2 * 4 * 64 + 2 * 1 * 64) * 2  # 1,280 B
 
 
@@ -162,6 +165,71 @@ def test_decilm_bad_group_names_the_field() -> None:
     bad["block_configs"][3]["attention"]["n_heads_in_group"] = 3
     with pytest.raises(SpecError, match=r"block_configs\[3\]\.attention\.n_heads_in_group"):
         model_from_config(bad, id="bad")
+
+
+def test_nemotron_super_49b_published_blocks() -> None:
+    cfg = decilm_published.super_49b()
+    m = model_from_config(cfg, id="nemotron-super-49b")
+    plan = m.layer_plan
+    assert len(plan) == 80 and not m.warnings
+    assert sum(ls.mixer == "full" for ls in plan) == 49  # 31 attention blocks are no-ops
+    assert {ls.kv_heads for ls in plan if ls.is_attention} == {8}  # 64 heads / 8 per group
+    assert all(ls.mlp == "dense" for ls in plan)
+    # ffn_mult -> int(2·mult·8192/3) rounded up to 256, by hand
+    width = {5.25: 28672, 3.28125: 17920, 2.625: 14336, 1.3125: 7168, 1.0: 5632, 0.5: 2816}
+    mults = Counter(mult for _, mult in decilm_published.expand(decilm_published.SUPER_49B_BLOCKS))
+    assert mults == {5.25: 49, 1.3125: 10, 1.0: 8, 2.625: 6, 0.5: 6, 3.28125: 1}
+    assert [ls.intermediate for ls in plan[:8]] == [14336] + [28672] * 5 + [14336] * 2
+    h = 8192
+    attn = 2 * h * h + 2 * h * 8 * 128  # q, o; k, v of 8 KV heads
+    ffn = sum(n * 3 * h * width[mult] for mult, n in mults.items())
+    norms = (49 + 80) * h + h  # input norms of the attention blocks, FFN norms, final
+    assert m.params == 2 * 128256 * h + 49 * attn + ffn + norms == 49_867_145_216
+    assert m.active_params == m.params  # dense
+    # Hugging Face lists the checkpoint at 49.9B parameters (the Safetensors count, as
+    # whatmodel.sh/model/llama-3-3-nemotron-super-49b-v1 quotes it); NVIDIA's NeMo
+    # AutoModel model-coverage page says "49B"
+    assert m.params == pytest.approx(49.9e9, rel=0.02)
+    assert 49e9 <= m.params < 50e9
+    # KV: only the 49 attention layers, 2 (K, V) · 8 heads · 128 · 2 B
+    assert m.kv_bytes_per_token("bf16") == 49 * 2 * 8 * 128 * 2 == 200_704
+    uniform = model_from_config({**cfg, "block_configs": None}, id="as-70b")
+    assert uniform.kv_bytes_per_token("bf16") == 80 * 2 * 64 * 128 * 2  # the old reading: x13
+
+
+def test_nemotron_ultra_253b_published_blocks() -> None:
+    m = model_from_config(decilm_published.ultra_253b(), id="nemotron-ultra-253b")
+    plan = m.layer_plan
+    assert len(plan) == 162 and not m.warnings
+    assert sum(ls.mixer == "full" for ls in plan) == 64
+    assert {ls.kv_heads for ls in plan if ls.is_attention} == {8}  # 128 heads / 16 per group
+    assert sum(ls.mixer == ls.mlp == "none" for ls in plan) == 81  # whole layers skipped
+    blocks = decilm_published.expand(decilm_published.ULTRA_253B_BLOCKS)
+    mults = Counter(mult for _, mult in blocks if mult is not None)
+    # int(2·mult·16384/3) rounded up to 256, by hand
+    width = {
+        0.4875: 5376,
+        0.975: 10752,
+        1.4625: 16128,
+        1.95: 21504,
+        2.4375: 26624,
+        2.925: 32000,
+        3.4125: 37376,
+        4.875: 53248,
+        27.5625: 301056,
+        31.40625: 343040,
+        36.5625: 399360,
+        39.0: 425984,
+    }
+    assert set(mults) == set(width) and sum(mults.values()) == 81
+    h = 16384
+    attn = 2 * h * h + 2 * h * 8 * 128
+    ffn = sum(n * 3 * h * width[mult] for mult, n in mults.items())
+    norms = (64 + 81) * h + h
+    assert m.params == 2 * 128256 * h + 64 * attn + ffn + norms
+    # Model card: "Llama-3.1-Nemotron-Ultra-253B-v1", 253B parameters
+    assert m.params == pytest.approx(253e9, rel=0.02)
+    assert m.kv_bytes_per_token("bf16") == 64 * 2 * 8 * 128 * 2 == 262_144
 
 
 # ---- Nemotron-H style Mamba-2 hybrid ---------------------------------------------------------
@@ -197,7 +265,8 @@ def test_mamba2_hybrid_state_by_hand() -> None:
     assert m.kv_bytes_per_token("bf16") == 2 * 2 * 64 * 2  # the one attention layer
     mamba = 512 * (2 * 512 + 2 * 2 * 16 + 8) + 576 * 4 + 576 + 3 * 8 + 512 + 512 * 512
     attn = 2 * 512 * 512 + 2 * 512 * 128
-    assert m.params == 2 * 1000 * 512 + mamba + attn + 2 * (2 * 512 * 1024) + 4 * 1024 + 512
+    # NemotronHBlock: one norm before its single mixer or MLP
+    assert m.params == 2 * 1000 * 512 + mamba + attn + 2 * (2 * 512 * 1024) + 4 * 512 + 512
 
 
 # ---- per-layer MoE patterns, dense MLP beside the experts, aliases, warnings -------------
