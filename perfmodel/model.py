@@ -274,7 +274,7 @@ class ModelSpec:
         if la is None:
             return 0.0
         n = sum(1 for ls in self.layer_plan if ls.mixer == "linear")
-        return n * la.state_elems() * get_dtype(la.state_dtype or dtype).bytes
+        return n * la.state_bytes(get_dtype(dtype).bytes)
 
     def kv_bytes_per_sequence(self, context_len: int, dtype: str = "bf16") -> float:
         """Cache of one sequence of ``context_len`` tokens: growing layers ·context,

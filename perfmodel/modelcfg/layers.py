@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfmodel.dtypes import get_dtype
+
 MIXERS = ("full", "sliding", "chunked", "linear", "proj", "none")
 MLPS = ("dense", "moe", "proj", "none")
 ATTENTION_MIXERS = ("full", "sliding", "chunked")
@@ -92,8 +94,22 @@ class LinearAttn:
 
     def state_elems(self) -> int:
         """Recurrent state of one sequence in one layer (SSM state + conv tail)."""
-        ssm = self.v_heads * self.v_dim * self.k_dim
-        return ssm + (self.conv_kernel - 1) * self._conv_channels
+        return self._ssm_elems + self._conv_elems
+
+    @property
+    def _ssm_elems(self) -> int:
+        return self.v_heads * self.v_dim * self.k_dim
+
+    @property
+    def _conv_elems(self) -> int:
+        return (self.conv_kernel - 1) * self._conv_channels
+
+    def state_bytes(self, cache_bytes: float) -> float:
+        """Bytes of one sequence's state in one layer: the SSM state in ``state_dtype``
+        when the config fixes it (vLLM's ``mamba_ssm_dtype``), the conv tail, like the
+        KV cache, in ``cache_bytes`` per element."""
+        ssm_b = get_dtype(self.state_dtype).bytes if self.state_dtype else cache_bytes
+        return self._ssm_elems * ssm_b + self._conv_elems * cache_bytes
 
     def flops_per_token(self) -> int:
         """Recurrent update and read-out per token: ~6 FLOP per state element (decay,

@@ -29,7 +29,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hardware.roofline import gemm_flops, gemm_flops_bytes, padded_rows
-from perfmodel.dtypes import get_dtype
 from perfmodel.memory import layer_kv_elems_per_device
 from perfmodel.model import LayerSpec, ModelSpec
 from perfmodel.moe.distinct import distinct_experts_uniform
@@ -205,10 +204,9 @@ def _linear_group(model: ModelSpec, plan: ParallelPlan, batch: Batch, L: int) ->
         proj_in = 2 * la.k_heads * la.k_dim + 2 * v + 2 * la.v_heads
     else:
         proj_in = 2 * v + 2 * la.groups * la.k_dim + la.v_heads
-    state_b = get_dtype(la.state_dtype).bytes if la.state_dtype else plan.kv_bytes
     seqs = batch.prefill_seqs + batch.decode_seqs
     flops = T * la.flops_per_token() / sh
-    bytes_ = 2 * seqs * la.state_elems() / sh * state_b + 2 * T * proj_in / sh * plan.act_bytes
+    bytes_ = 2 * seqs * la.state_bytes(plan.kv_bytes) / sh + 2 * T * proj_in / sh * plan.act_bytes
     return [
         _gemm("linear_in_proj", T, proj_in / sh, h, plan, L, "attention"),
         Op("linear_attention", "compute", flops, bytes_, L, kernels=2.0),

@@ -58,6 +58,73 @@ def test_qwen3_next_hybrid_params_kv_and_state() -> None:
     assert m.kv_bytes_per_sequence(1000) == 1000 * 24_576 + 39_518_208
 
 
+# Qwen/Qwen3.5-397B-A17B text_config. The config.json itself is not in the stored corpus;
+# these values agree across three public copies of its geometry (the flash-moe engine's
+# manifest defaults, a Qwen3.5 port's model contract, and a model-spec table citing the
+# file): 60 layers (every 4th full attention), hidden 4096, 32 query / 2 KV heads of 256,
+# Gated DeltaNet 16 key / 64 value heads of 128, 512 experts top-10 of 1024 + one shared
+# expert of 1024, vocabulary 248,320, untied head. The release dialect (attn_output_gate,
+# mamba_ssm_dtype float32, one MTP layer) as the Qwen3.5-122B/3.6 release configs write it.
+QWEN35_397B = {
+    "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+    "model_type": "qwen3_5_moe",
+    "text_config": {
+        "model_type": "qwen3_5_moe_text",
+        "attention_bias": False,
+        "attn_output_gate": True,
+        "full_attention_interval": 4,
+        "head_dim": 256,
+        "hidden_act": "silu",
+        "hidden_size": 4096,
+        "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 15,
+        "linear_conv_kernel_dim": 4,
+        "linear_key_head_dim": 128,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 64,
+        "linear_value_head_dim": 128,
+        "mamba_ssm_dtype": "float32",
+        "moe_intermediate_size": 1024,
+        "mtp_num_hidden_layers": 1,
+        "mtp_use_dedicated_embeddings": False,
+        "num_attention_heads": 32,
+        "num_experts": 512,
+        "num_experts_per_tok": 10,
+        "num_hidden_layers": 60,
+        "num_key_value_heads": 2,
+        "shared_expert_intermediate_size": 1024,
+        "tie_word_embeddings": False,
+        "vocab_size": 248320,
+    },
+    "vision_config": {"depth": 27, "hidden_size": 1152, "out_hidden_size": 4096},
+}
+
+
+def test_qwen35_397b_hybrid_params_kv_and_state() -> None:
+    m = model_from_config(QWEN35_397B, id="qwen3.5-397b-a17b")
+    plan = m.layer_plan
+    assert sum(ls.mixer == "full" for ls in plan) == 15 and plan[3].mixer == "full"
+    assert m.n_moe_layers == 60 and not m.warnings
+    h, v = 4096, 248320
+    emb = 2 * v * h
+    full = h * 32 * 256 * 2 + 2 * h * 2 * 256 + 32 * 256 * h  # gated q, k, v, o
+    k, val = 16 * 128, 64 * 128
+    conv = 2 * k + val  # 12,288 channels
+    lin = h * (2 * k + 2 * val) + h * 2 * 64 + conv * 4 + 2 * 64 + 128 + val * h
+    moe_all = 512 * 3 * h * 1024 + h * 512 + 3 * h * 1024  # experts, router, shared
+    moe_act = 10 * 3 * h * 1024 + h * 512 + 3 * h * 1024
+    norms = 60 * 2 * h + h
+    assert m.params == emb + 15 * full + 45 * lin + 60 * moe_all + norms
+    assert m.active_params == emb + 15 * full + 45 * lin + 60 * moe_act + norms
+    # Model card (huggingface.co/Qwen/Qwen3.5-397B-A17B): "397B in total and 17B
+    # activated"; the card's total includes the ~0.46 B vision encoder not modelled here
+    assert m.params == pytest.approx(397e9, rel=0.02)  # 396.35 B
+    assert 16.5e9 <= m.active_params < 17.5e9  # 17.35 B; "17B": two significant figures
+    # KV on the 15 full-attention layers only: 15 · 2 · 2 KV heads · 256 · 2 B
+    assert m.kv_bytes_per_token("bf16") == 15 * 2 * 2 * 256 * 2 == 30_720
+    # state: 45 layers · (64·128·128 SSM in fp32 (mamba_ssm_dtype) + 3·12,288 conv in bf16)
+    assert m.state_bytes_per_sequence("bf16") == 45 * (64 * 128 * 128 * 4 + 3 * conv * 2)
+
+
 # ---- sliding window and chunked local attention --------------------------------------------
 
 
