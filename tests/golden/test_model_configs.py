@@ -58,12 +58,13 @@ def test_qwen3_next_hybrid_params_kv_and_state() -> None:
     assert m.kv_bytes_per_sequence(1000) == 1000 * 24_576 + 39_518_208
 
 
-# Qwen/Qwen3.5-397B-A17B text_config. The config.json itself is not in the stored corpus;
-# these values agree across three public copies of its geometry (the flash-moe engine's
-# manifest defaults, a Qwen3.5 port's model contract, and a model-spec table citing the
-# file): 60 layers (every 4th full attention), hidden 4096, 32 query / 2 KV heads of 256,
-# Gated DeltaNet 16 key / 64 value heads of 128, 512 experts top-10 of 1024 + one shared
-# expert of 1024, vocabulary 248,320, untied head. The release dialect (attn_output_gate,
+# Qwen/Qwen3.5-397B-A17B text_config. The config.json itself was not found verbatim; these
+# values agree across four public copies of its geometry (the architecture table of the
+# mlx-community/Qwen3.5-397B-A17B-4bit card, adapted from the original card; the flash-moe
+# engine's manifest defaults; a Qwen3.5 port's model contract; a model-spec table citing
+# the file): 60 layers = 15 x (3 Gated DeltaNet + 1 full attention), hidden 4096, 32 query /
+# 2 KV heads of 256, GDN 16 key / 64 value heads of 128, 512 experts (10 routed + 1 shared)
+# of 1024, vocabulary 248,320, untied head. The release dialect (attn_output_gate,
 # mamba_ssm_dtype float32, one MTP layer) as the Qwen3.5-122B/3.6 release configs write it.
 QWEN35_397B = {
     "architectures": ["Qwen3_5MoeForConditionalGeneration"],
@@ -115,8 +116,9 @@ def test_qwen35_397b_hybrid_params_kv_and_state() -> None:
     norms = 60 * 2 * h + h
     assert m.params == emb + 15 * full + 45 * lin + 60 * moe_all + norms
     assert m.active_params == emb + 15 * full + 45 * lin + 60 * moe_act + norms
-    # Model card (huggingface.co/Qwen/Qwen3.5-397B-A17B): "397B in total and 17B
-    # activated"; the card's total includes the ~0.46 B vision encoder not modelled here
+    # Model card (huggingface.co/Qwen/Qwen3.5-397B-A17B, as the MLX and SGLang pages quote
+    # it): 397B total, 17B activated. The card's total also holds the vision encoder
+    # (27 blocks of width 1152, under 0.5 B by a rough count), not modelled here.
     assert m.params == pytest.approx(397e9, rel=0.02)  # 396.35 B
     assert 16.5e9 <= m.active_params < 17.5e9  # 17.35 B; "17B": two significant figures
     # KV on the 15 full-attention layers only: 15 · 2 · 2 KV heads · 256 · 2 B
