@@ -128,8 +128,15 @@ class ModelSpec:
         return self.heads * (self.mla.v_head_dim if self.mla else self.head_dim)
 
     # ---- parameter counts ------------------------------------------------------------
-    def attn_params_per_layer(self, kv_heads: int | None = None) -> int:
-        """One attention layer (``kv_heads`` defaults to the model's)."""
+    def layer_head_dim(self, ls: LayerSpec) -> int:
+        """Head width of one attention layer (its own, else the model's)."""
+        return ls.head_dim or self.head_dim
+
+    def attn_params_per_layer(
+        self, kv_heads: int | None = None, head_dim: int = 0, k_eq_v: bool = False
+    ) -> int:
+        """One attention layer (``kv_heads`` and ``head_dim`` default to the model's;
+        ``k_eq_v``: no V projection)."""
         h = self.hidden
         if self.mla:
             m = self.mla
@@ -145,16 +152,19 @@ class ModelSpec:
             )
             idx = self.sparse_attn.params(h, m.q_lora_rank) if self.sparse_attn else 0
             return q + kv + self.attn_out_dim * h + idx
-        kv_dim = (kv_heads or self.kv_heads) * self.head_dim
-        q_out = self.q_dim * (2 if self.attn_output_gate else 1)
-        p = h * q_out + 2 * h * kv_dim + self.q_dim * h
+        d = head_dim or self.head_dim
+        kv_dim = (kv_heads or self.kv_heads) * d
+        q_dim = self.heads * d
+        kv_mats = 1 if k_eq_v else 2
+        q_out = q_dim * (2 if self.attn_output_gate else 1)
+        p = h * q_out + kv_mats * h * kv_dim + q_dim * h
         if self.attn_bias:
-            p += self.q_dim + 2 * kv_dim + (h if self.family == "opt" else 0)
+            p += q_dim + kv_mats * kv_dim + (h if self.family == "opt" else 0)
         return p
 
     def mixer_params(self, ls: LayerSpec) -> int:
         if ls.is_attention:
-            return self.attn_params_per_layer(ls.kv_heads)
+            return self.attn_params_per_layer(ls.kv_heads, ls.head_dim, ls.k_eq_v)
         if ls.mixer == "linear":
             assert self.linear_attn is not None  # checked on construction
             return self.linear_attn.params(self.hidden)
@@ -184,7 +194,7 @@ class ModelSpec:
         blocks = (ls.mixer != "none") + (ls.mlp != "none")
         n = blocks * self.hidden * (2 if self.family == "opt" else 1)  # OPT LayerNorm has bias
         if self.family in ("qwen3", "qwen3_moe") and ls.is_attention:
-            n += 2 * self.head_dim  # q_norm, k_norm
+            n += 2 * self.layer_head_dim(ls)  # q_norm, k_norm
         return n
 
     def param_groups(self, *, active: bool = False) -> dict[str, int]:
@@ -248,14 +258,16 @@ class ModelSpec:
 
     # ---- KV cache and recurrent state --------------------------------------------------
     def layer_kv_elems(self, ls: LayerSpec) -> int:
-        """Cached elements per token of one layer: 2·n_kv·d (GQA) or d_c + d_R (MLA
-        latent), plus the DSA indexer key; 0 for recurrent and no-op layers."""
+        """Cached elements per token of one layer: 2·n_kv·d (GQA; n_kv·d when K = V) or
+        d_c + d_R (MLA latent), plus the DSA indexer key; 0 for recurrent and no-op
+        layers."""
         if not ls.is_attention:
             return 0
         if self.mla:
             idx = self.sparse_attn.index_dim if self.sparse_attn else 0
             return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim + idx
-        return 2 * ls.kv_heads * self.head_dim
+        kv = 1 if ls.k_eq_v else 2  # Gemma-4 global layers cache one unified K = V
+        return kv * ls.kv_heads * self.layer_head_dim(ls)
 
     def kv_elems_per_token_per_layer(self) -> int:
         """Cached elements per token of a full-attention layer with the model's KV heads."""

@@ -10,7 +10,9 @@ A model is a stack of layers, each an attention-like mixer and an MLP-like block
 * MLP ``dense`` (width ``intermediate``), ``moe`` (routed experts, plus a dense MLP
   beside them when ``intermediate > 0``, Gemma-4), ``proj`` or ``none``.
 
-Attention layers may differ in their KV heads (DeciLM ``n_heads_in_group``).
+Attention layers may differ in their KV heads (DeciLM ``n_heads_in_group``) and in their
+head width (Gemma-4 global layers: ``global_head_dim``, ``num_global_key_value_heads``,
+and ``attention_k_eq_v``: the keys also serve as values, no V projection).
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ class LayerSpec:
     window: int = 0  # tokens: the sliding window or the local-attention chunk
     mlp: str = "dense"
     intermediate: int = 0  # dense MLP width (beside the experts on an ``moe`` layer)
+    head_dim: int = 0  # this layer's attention head width; 0 = the model's ``head_dim``
+    k_eq_v: bool = False  # one K projection and cache also serve as V (Gemma-4 global)
 
     @property
     def is_attention(self) -> bool:

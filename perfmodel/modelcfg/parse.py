@@ -89,6 +89,9 @@ _MODELLED = {k for keys in _ALIASES.values() for k in keys} | {
     "index_head_dim",
     "attn_output_gate",
     "enable_moe_block",
+    "global_head_dim",
+    "num_global_key_value_heads",
+    "attention_k_eq_v",
     "quantization_config",
     "torch_dtype",
     "dtype",
@@ -97,7 +100,6 @@ _MODELLED = {k for keys in _ALIASES.values() for k in keys} | {
 }
 #: cost-relevant keys of known families that are not modelled (named in the warning)
 _UNMODELLED = {
-    "global_head_dim": "Gemma-4 global layers use a different head_dim",
     "num_kv_shared_layers": "layers sharing another layer's KV cache",
     "hidden_size_per_layer_input": "per-layer input embeddings",
     "swa_num_attention_heads": "separate head counts of the sliding-window layers",
@@ -327,8 +329,8 @@ def spec_fields(cfg: dict[str, Any], *, id: str = "", where: str = "") -> dict[s
         and all(ls.mixer != "linear" for ls in specs)
         and not beside
         and all(
-            (ls.mixer, ls.kv_heads, ls.window, ls.mlp)
-            == ("full", kv_heads, 0, "moe" if i in moe_idx else "dense")
+            (ls.mixer, ls.kv_heads, ls.window, ls.mlp, ls.head_dim, ls.k_eq_v)
+            == ("full", kv_heads, 0, "moe" if i in moe_idx else "dense", 0, False)
             and (ls.intermediate == (0 if i in moe_idx else intermediate))
             for i, ls in enumerate(specs)
         )

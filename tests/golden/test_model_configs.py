@@ -390,16 +390,86 @@ def test_gemma4_style_aliases_dense_beside_experts_and_warning() -> None:
         "layer_types": ["sliding_attention"] * 3 + ["full_attention"],
         "sliding_window": 128,
         "global_head_dim": 256,
+        "num_kv_shared_layers": 2,
         "tie_word_embeddings": True,
     }
     m = model_from_config(cfg, id="g4")
     assert m.moe is not None and m.moe.top_k == 2 and m.n_moe_layers == 4
     assert all(ls.intermediate == 512 for ls in m.layer_plan)  # dense MLP beside experts
     h = 256
-    per_layer = 2 * h * h + 2 * h * 128 + 3 * h * 512 + h * 8 + 2 * h
-    assert m.params == 1000 * h + 4 * (per_layer + 8 * 3 * h * 128) + h
-    assert m.active_params == 1000 * h + 4 * (per_layer + 2 * 3 * h * 128) + h
-    assert any("'global_head_dim'" in w for w in m.warnings)
+    rest = 3 * h * 512 + h * 8 + 2 * h  # dense MLP, router, norms
+    sliding = 2 * h * 4 * 64 + 2 * h * 2 * 64 + rest
+    full = 2 * h * 4 * 256 + 2 * h * 2 * 256 + rest  # global_head_dim 256, same 2 KV heads
+    assert m.params == 1000 * h + 3 * sliding + full + 4 * 8 * 3 * h * 128 + h
+    assert m.active_params == 1000 * h + 3 * sliding + full + 4 * 2 * 3 * h * 128 + h
+    assert m.kv_bytes_per_token("bf16") == 2 * 2 * 256 * 2  # the one full layer, d = 256
+    assert any("'num_kv_shared_layers'" in w for w in m.warnings)
+    assert not any("global_head_dim" in w for w in m.warnings)
+
+
+# google/gemma-4-26B-A4B text_config, as reproduced by several public ports (a TensorRT-LLM
+# style parser test, an MLX weight planner, a GGUF repacker and DiffusionGemma, which
+# reuses the 26B-A4B decoder): the config.json itself was not found verbatim. 30 layers
+# = 5 x (5 sliding (window 1024) + 1 full), hidden 2816, 16 query heads; sliding layers
+# 8 KV heads of 256, full layers 2 KV heads of 512 with K = V; a dense MLP of 2112 beside
+# 128 experts of 704 (top 8) on every layer; vocabulary 262,144, tied.
+GEMMA4_26B = {
+    "architectures": ["Gemma4ForConditionalGeneration"],
+    "model_type": "gemma4",
+    "text_config": {
+        "model_type": "gemma4_text",
+        "attention_k_eq_v": True,
+        "enable_moe_block": True,
+        "final_logit_softcapping": 30.0,
+        "global_head_dim": 512,
+        "head_dim": 256,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "hidden_size": 2816,
+        "hidden_size_per_layer_input": 0,
+        "intermediate_size": 2112,
+        "layer_types": (["sliding_attention"] * 5 + ["full_attention"]) * 5,
+        "max_position_embeddings": 262144,
+        "moe_intermediate_size": 704,
+        "num_attention_heads": 16,
+        "num_experts": 128,
+        "num_global_key_value_heads": 2,
+        "num_hidden_layers": 30,
+        "num_key_value_heads": 8,
+        "num_kv_shared_layers": 0,
+        "sliding_window": 1024,
+        "tie_word_embeddings": True,
+        "top_k_experts": 8,
+        "vocab_size": 262144,
+    },
+    "tie_word_embeddings": True,
+}
+
+
+def test_gemma4_26b_a4b_global_layers_and_card() -> None:
+    m = model_from_config(GEMMA4_26B, id="gemma-4-26b-a4b")
+    full = [i for i, ls in enumerate(m.layer_plan) if ls.mixer == "full"]
+    assert full == [5, 11, 17, 23, 29] and not m.warnings
+    g = m.layer_plan[5]
+    assert (g.kv_heads, g.head_dim, g.k_eq_v) == (2, 512, True)
+    h = 2816
+    sliding = 2 * h * 16 * 256 + 2 * h * 8 * 256  # q, o; k, v
+    glob = 2 * h * 16 * 512 + h * 2 * 512  # q, o; k only (K = V)
+    rest = 3 * h * 2112 + h * 128 + 2 * h  # dense MLP, router, 2 norms (Gemma's extra
+    # pre/post-FFN norms, ~0.4 M in all, are not counted)
+    expert = 3 * h * 704
+    base = 262144 * h + 25 * sliding + 5 * glob + 30 * rest + h
+    assert m.params == base + 30 * 128 * expert
+    assert m.active_params == base + 30 * 8 * expert
+    # Model card (huggingface.co/google/gemma-4-26B-A4B): 25.2B total, 3.8B active
+    # parameters (the ~550M vision encoder apart)
+    assert m.params == pytest.approx(25.2e9, rel=0.02)  # 25.23 B
+    assert m.active_params == pytest.approx(3.8e9, rel=0.02)  # 3.82 B
+    # KV growing with the context: the 5 global layers' unified K = V, 2 heads · 512 · 2 B
+    assert m.kv_bytes_per_token("bf16") == 5 * 2 * 512 * 2 == 10_240
+    # inside the window the 25 sliding layers add 2 · 8 · 256 · 2 B each: 210 KiB/token
+    swa = 25 * 2 * 8 * 256 * 2
+    assert m.kv_bytes_per_sequence(1024) == 1024 * (10_240 + swa) == 1024 * 210 * 1024
+    assert m.kv_bytes_per_sequence(8192) == 8192 * 10_240 + 1024 * swa
 
 
 def test_unknown_cost_field_is_named() -> None:
@@ -548,3 +618,16 @@ def test_unmodelled_hybrid_fields_warn_and_bad_values_name_the_field() -> None:
         model_from_config(
             {**cfg, "layer_types": ["full_attention", "sparse", "full", "full"]}, id="x"
         )
+
+
+def test_gemma4_global_layers_in_the_step() -> None:
+    from perfmodel.plan import ParallelPlan
+    from perfmodel.step.ops import attention_ops
+
+    m = model_from_config(GEMMA4_26B, id="gemma-4-26b-a4b")
+    ops = {op.name: op for op in attention_ops(m, ParallelPlan(2), Batch.decode(8, 4096))}
+    assert ops["qkv_proj_swa"].count == 25 and ops["qkv_proj"].count == 5
+    # one decode token per sequence (unpadded rows); per device (TP 2) the global q is 8
+    # heads of 512 and the unified K one KV head of 512: 2 FLOP · 8 · (4096 + 512) · 2816
+    assert float(ops["qkv_proj"].unpadded_flops) == 2 * 8 * (8 * 512 + 512) * 2816
+    assert float(ops["qkv_proj_swa"].unpadded_flops) == 2 * 8 * (8 * 256 + 2 * 4 * 256) * 2816
