@@ -57,6 +57,7 @@ class ModelSpec:
     sparse_attn: SparseAttn | None = None
     attn_output_gate: bool = False  # Qwen3-Next: q_proj also emits a per-head output gate
     mtp_layers: int = 0  # multi-token-prediction modules shipped with the checkpoint
+    mtp_own_embedding: bool = True  # each MTP module stores its own embedding and head
     quantization: Quantization | None = None  # what quantization_config says
     published_params: float | None = None
     published_active_params: float | None = None
@@ -236,16 +237,19 @@ class ModelSpec:
 
     @property
     def mtp_params(self) -> int:
-        """Weights of the multi-token-prediction modules as DeepSeek-V3 checkpoints
-        store them: per module one decoder layer like the last, the 2h→h projection,
-        three norms and its own copy of the embedding and LM head. Not part of
-        ``params`` (model cards count them apart: DeepSeek-V3 671B + 14B)."""
+        """Weights of the multi-token-prediction modules: per module one decoder layer
+        like the last, the 2h→h projection, three norms and, as DeepSeek-V3 checkpoints
+        store them, its own copy of the embedding and LM head (Qwen3-Next / Qwen3.5 MTP
+        shares the main model's: ``mtp_own_embedding`` false). Not part of ``params``
+        (model cards count them apart: DeepSeek-V3 671B + 14B)."""
         if not self.mtp_layers:
             return 0
         last = self.layer_plan[-1]
         one = replace(self, layer_specs=(last,), layers=1, moe=self._moe_for_one(last))
         layer = one.params - one.embedding_params() - self.hidden
-        extra = 2 * self.hidden * self.hidden + 3 * self.hidden + self.embedding_params()
+        extra = 2 * self.hidden * self.hidden + 3 * self.hidden
+        if self.mtp_own_embedding:
+            extra += self.embedding_params()
         return self.mtp_layers * (layer + extra)
 
     def _moe_for_one(self, ls: LayerSpec) -> MoE | None:

@@ -89,6 +89,7 @@ _MODELLED = {k for keys in _ALIASES.values() for k in keys} | {
     "index_head_dim",
     "attn_output_gate",
     "enable_moe_block",
+    "mtp_use_dedicated_embeddings",
     "global_head_dim",
     "num_global_key_value_heads",
     "attention_k_eq_v",
@@ -270,6 +271,14 @@ def _sparse_attn(cfg: dict[str, Any], where: str, mla: Any) -> SparseAttn | None
     )
 
 
+def _mtp_own_embedding(cfg: dict[str, Any], family: str) -> bool:
+    """DeepSeek-style MTP modules store their own embedding and head; Qwen3-Next /
+    Qwen3.5 ones share the main model's (``mtp_use_dedicated_embeddings`` false)."""
+    if "mtp_use_dedicated_embeddings" in cfg:
+        return bool(cfg["mtp_use_dedicated_embeddings"])
+    return not family.startswith(("qwen3_next", "qwen3_5"))
+
+
 def _published(cfg: dict[str, Any], where: str, key: str) -> float | None:
     """A model card's parameter count (catalog entries): a positive finite number or absent."""
     v = cfg.get(key)
@@ -381,6 +390,7 @@ def spec_fields(cfg: dict[str, Any], *, id: str = "", where: str = "") -> dict[s
         sparse_attn=sparse,
         attn_output_gate=bool(cfg.get("attn_output_gate", family == "qwen3_next")),
         mtp_layers=_a(cfg, where, "mtp", default=0),
+        mtp_own_embedding=_mtp_own_embedding(cfg, family),
         quantization=quant,
         published_params=float(published) if published else None,
         published_active_params=float(published_active) if published_active else None,

@@ -125,6 +125,9 @@ def test_qwen35_397b_hybrid_params_kv_and_state() -> None:
     assert m.kv_bytes_per_token("bf16") == 15 * 2 * 2 * 256 * 2 == 30_720
     # state: 45 layers · (64·128·128 SSM in fp32 (mamba_ssm_dtype) + 3·12,288 conv in bf16)
     assert m.state_bytes_per_sequence("bf16") == 45 * (64 * 128 * 128 * 4 + 3 * conv * 2)
+    # one MTP module: a full-attention MoE layer, fc 2h -> h, 3 norms; embedding shared
+    assert m.mtp_layers == 1
+    assert m.mtp_params == full + moe_all + 2 * h + 2 * h * h + 3 * h
 
 
 # ---- sliding window and chunked local attention --------------------------------------------
