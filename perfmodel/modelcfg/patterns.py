@@ -223,7 +223,7 @@ def layer_specs(
         return ()
     mix = mix or [("full", 0)] * layers
     # Gemma-4: the full-attention layers have their own head width and KV heads
-    g_dim = _n(cfg, "global_head_dim", where) if mix is not None else 0
+    g_dim = _n(cfg, "global_head_dim", where) if isinstance(cfg.get("layer_types"), list) else 0
     g_kv = _n(cfg, "num_global_key_value_heads", where, kv_heads)
     k_eq_v = bool(cfg.get("attention_k_eq_v")) and bool(g_dim)
     out = []

@@ -408,6 +408,10 @@ def test_gemma4_style_aliases_dense_beside_experts_and_warning() -> None:
     assert m.kv_bytes_per_token("bf16") == 2 * 2 * 256 * 2  # the one full layer, d = 256
     assert any("'num_kv_shared_layers'" in w for w in m.warnings)
     assert not any("global_head_dim" in w for w in m.warnings)
+    # without layer_types there are no global layers to give it to: named, not applied
+    uniform = model_from_config({**cfg, "layer_types": None}, id="u")
+    assert all(ls.head_dim == 0 and ls.mixer == "sliding" for ls in uniform.layer_plan)
+    assert any("'global_head_dim'" in w for w in uniform.warnings)
 
 
 # google/gemma-4-26B-A4B text_config, as reproduced by several public ports (a TensorRT-LLM
