@@ -23,7 +23,6 @@ from dataclasses import dataclass, replace
 
 from hardware.device import Device
 from hardware.engine import Engine
-from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
 from perfmodel.model import LayerSpec, ModelSpec
 from perfmodel.plan import ParallelPlan, stage_models, stage_params
@@ -119,8 +118,7 @@ def kv_layout(model: ModelSpec, plan: ParallelPlan) -> KVLayout:
         else:
             grow += e
         if ls.mixer == "linear" and la is not None:
-            b = get_dtype(la.state_dtype).bytes if la.state_dtype else plan.kv_bytes
-            state += la.state_elems() / la.shards(plan.tp) * b
+            state += la.state_bytes(plan.kv_bytes) / la.shards(plan.tp)
     return KVLayout(grow, tuple((b, w) for w, b in sorted(bounded.items())), state)
 
 

@@ -57,6 +57,7 @@ class ModelSpec:
     sparse_attn: SparseAttn | None = None
     attn_output_gate: bool = False  # Qwen3-Next: q_proj also emits a per-head output gate
     mtp_layers: int = 0  # multi-token-prediction modules shipped with the checkpoint
+    mtp_own_embedding: bool = True  # each MTP module stores its own embedding and head
     quantization: Quantization | None = None  # what quantization_config says
     published_params: float | None = None
     published_active_params: float | None = None
@@ -128,8 +129,15 @@ class ModelSpec:
         return self.heads * (self.mla.v_head_dim if self.mla else self.head_dim)
 
     # ---- parameter counts ------------------------------------------------------------
-    def attn_params_per_layer(self, kv_heads: int | None = None) -> int:
-        """One attention layer (``kv_heads`` defaults to the model's)."""
+    def layer_head_dim(self, ls: LayerSpec) -> int:
+        """Head width of one attention layer (its own, else the model's)."""
+        return ls.head_dim or self.head_dim
+
+    def attn_params_per_layer(
+        self, kv_heads: int | None = None, head_dim: int = 0, k_eq_v: bool = False
+    ) -> int:
+        """One attention layer (``kv_heads`` and ``head_dim`` default to the model's;
+        ``k_eq_v``: no V projection)."""
         h = self.hidden
         if self.mla:
             m = self.mla
@@ -145,16 +153,19 @@ class ModelSpec:
             )
             idx = self.sparse_attn.params(h, m.q_lora_rank) if self.sparse_attn else 0
             return q + kv + self.attn_out_dim * h + idx
-        kv_dim = (kv_heads or self.kv_heads) * self.head_dim
-        q_out = self.q_dim * (2 if self.attn_output_gate else 1)
-        p = h * q_out + 2 * h * kv_dim + self.q_dim * h
+        d = head_dim or self.head_dim
+        kv_dim = (kv_heads or self.kv_heads) * d
+        q_dim = self.heads * d
+        kv_mats = 1 if k_eq_v else 2
+        q_out = q_dim * (2 if self.attn_output_gate else 1)
+        p = h * q_out + kv_mats * h * kv_dim + q_dim * h
         if self.attn_bias:
-            p += self.q_dim + 2 * kv_dim + (h if self.family == "opt" else 0)
+            p += q_dim + kv_mats * kv_dim + (h if self.family == "opt" else 0)
         return p
 
     def mixer_params(self, ls: LayerSpec) -> int:
         if ls.is_attention:
-            return self.attn_params_per_layer(ls.kv_heads)
+            return self.attn_params_per_layer(ls.kv_heads, ls.head_dim, ls.k_eq_v)
         if ls.mixer == "linear":
             assert self.linear_attn is not None  # checked on construction
             return self.linear_attn.params(self.hidden)
@@ -178,10 +189,13 @@ class ModelSpec:
         head = 0 if self.tied_embeddings else self.vocab * self.hidden
         return emb + head
 
-    def _norm_params_per_layer(self) -> int:
-        n = 2 * self.hidden * (2 if self.family == "opt" else 1)  # OPT LayerNorm has bias
-        if self.family in ("qwen3", "qwen3_moe"):
-            n += 2 * self.head_dim  # q_norm, k_norm
+    def _norm_params(self, ls: LayerSpec) -> int:
+        """The pre-norms of one layer: one per sub-block that exists (a DeciLM no-op
+        attention or FFN, and the absent half of a Nemotron-H layer, have none)."""
+        blocks = (ls.mixer != "none") + (ls.mlp != "none")
+        n = blocks * self.hidden * (2 if self.family == "opt" else 1)  # OPT LayerNorm has bias
+        if self.family in ("qwen3", "qwen3_moe") and ls.is_attention:
+            n += 2 * self.layer_head_dim(ls)  # q_norm, k_norm
         return n
 
     def param_groups(self, *, active: bool = False) -> dict[str, int]:
@@ -197,7 +211,7 @@ class ModelSpec:
         g["other"] = self.hidden  # final norm
         for ls in self.layer_plan:
             g["attention"] += self.mixer_params(ls)
-            g["other"] += self._norm_params_per_layer()
+            g["other"] += self._norm_params(ls)
             if ls.mlp in ("dense", "moe") and ls.intermediate:
                 g["dense_mlp"] += self.mlp_params(ls.intermediate)
             elif ls.mlp == "proj":
@@ -223,16 +237,19 @@ class ModelSpec:
 
     @property
     def mtp_params(self) -> int:
-        """Weights of the multi-token-prediction modules as DeepSeek-V3 checkpoints
-        store them: per module one decoder layer like the last, the 2h→h projection,
-        three norms and its own copy of the embedding and LM head. Not part of
-        ``params`` (model cards count them apart: DeepSeek-V3 671B + 14B)."""
+        """Weights of the multi-token-prediction modules: per module one decoder layer
+        like the last, the 2h→h projection, three norms and, as DeepSeek-V3 checkpoints
+        store them, its own copy of the embedding and LM head (Qwen3-Next / Qwen3.5 MTP
+        shares the main model's: ``mtp_own_embedding`` false). Not part of ``params``
+        (model cards count them apart: DeepSeek-V3 671B + 14B)."""
         if not self.mtp_layers:
             return 0
         last = self.layer_plan[-1]
         one = replace(self, layer_specs=(last,), layers=1, moe=self._moe_for_one(last))
         layer = one.params - one.embedding_params() - self.hidden
-        extra = 2 * self.hidden * self.hidden + 3 * self.hidden + self.embedding_params()
+        extra = 2 * self.hidden * self.hidden + 3 * self.hidden
+        if self.mtp_own_embedding:
+            extra += self.embedding_params()
         return self.mtp_layers * (layer + extra)
 
     def _moe_for_one(self, ls: LayerSpec) -> MoE | None:
@@ -245,14 +262,16 @@ class ModelSpec:
 
     # ---- KV cache and recurrent state --------------------------------------------------
     def layer_kv_elems(self, ls: LayerSpec) -> int:
-        """Cached elements per token of one layer: 2·n_kv·d (GQA) or d_c + d_R (MLA
-        latent), plus the DSA indexer key; 0 for recurrent and no-op layers."""
+        """Cached elements per token of one layer: 2·n_kv·d (GQA; n_kv·d when K = V) or
+        d_c + d_R (MLA latent), plus the DSA indexer key; 0 for recurrent and no-op
+        layers."""
         if not ls.is_attention:
             return 0
         if self.mla:
             idx = self.sparse_attn.index_dim if self.sparse_attn else 0
             return self.mla.kv_lora_rank + self.mla.qk_rope_head_dim + idx
-        return 2 * ls.kv_heads * self.head_dim
+        kv = 1 if ls.k_eq_v else 2  # Gemma-4 global layers cache one unified K = V
+        return kv * ls.kv_heads * self.layer_head_dim(ls)
 
     def kv_elems_per_token_per_layer(self) -> int:
         """Cached elements per token of a full-attention layer with the model's KV heads."""
@@ -271,7 +290,7 @@ class ModelSpec:
         if la is None:
             return 0.0
         n = sum(1 for ls in self.layer_plan if ls.mixer == "linear")
-        return n * la.state_elems() * get_dtype(la.state_dtype or dtype).bytes
+        return n * la.state_bytes(get_dtype(dtype).bytes)
 
     def kv_bytes_per_sequence(self, context_len: int, dtype: str = "bf16") -> float:
         """Cache of one sequence of ``context_len`` tokens: growing layers ·context,

@@ -10,12 +10,16 @@ A model is a stack of layers, each an attention-like mixer and an MLP-like block
 * MLP ``dense`` (width ``intermediate``), ``moe`` (routed experts, plus a dense MLP
   beside them when ``intermediate > 0``, Gemma-4), ``proj`` or ``none``.
 
-Attention layers may differ in their KV heads (DeciLM ``n_heads_in_group``).
+Attention layers may differ in their KV heads (DeciLM ``n_heads_in_group``) and in their
+head width (Gemma-4 global layers: ``global_head_dim``, ``num_global_key_value_heads``,
+and ``attention_k_eq_v``: the keys also serve as values, no V projection).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from perfmodel.dtypes import get_dtype
 
 MIXERS = ("full", "sliding", "chunked", "linear", "proj", "none")
 MLPS = ("dense", "moe", "proj", "none")
@@ -31,6 +35,8 @@ class LayerSpec:
     window: int = 0  # tokens: the sliding window or the local-attention chunk
     mlp: str = "dense"
     intermediate: int = 0  # dense MLP width (beside the experts on an ``moe`` layer)
+    head_dim: int = 0  # this layer's attention head width; 0 = the model's ``head_dim``
+    k_eq_v: bool = False  # one K projection and cache also serve as V (Gemma-4 global)
 
     @property
     def is_attention(self) -> bool:
@@ -92,8 +98,22 @@ class LinearAttn:
 
     def state_elems(self) -> int:
         """Recurrent state of one sequence in one layer (SSM state + conv tail)."""
-        ssm = self.v_heads * self.v_dim * self.k_dim
-        return ssm + (self.conv_kernel - 1) * self._conv_channels
+        return self._ssm_elems + self._conv_elems
+
+    @property
+    def _ssm_elems(self) -> int:
+        return self.v_heads * self.v_dim * self.k_dim
+
+    @property
+    def _conv_elems(self) -> int:
+        return (self.conv_kernel - 1) * self._conv_channels
+
+    def state_bytes(self, cache_bytes: float) -> float:
+        """Bytes of one sequence's state in one layer: the SSM state in ``state_dtype``
+        when the config fixes it (vLLM's ``mamba_ssm_dtype``), the conv tail, like the
+        KV cache, in ``cache_bytes`` per element."""
+        ssm_b = get_dtype(self.state_dtype).bytes if self.state_dtype else cache_bytes
+        return self._ssm_elems * ssm_b + self._conv_elems * cache_bytes
 
     def flops_per_token(self) -> int:
         """Recurrent update and read-out per token: ~6 FLOP per state element (decay,

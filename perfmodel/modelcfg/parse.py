@@ -89,6 +89,7 @@ _MODELLED = {k for keys in _ALIASES.values() for k in keys} | {
     "index_head_dim",
     "attn_output_gate",
     "enable_moe_block",
+    "mtp_use_dedicated_embeddings",
     "quantization_config",
     "torch_dtype",
     "dtype",
@@ -97,10 +98,12 @@ _MODELLED = {k for keys in _ALIASES.values() for k in keys} | {
 }
 #: cost-relevant keys of known families that are not modelled (named in the warning)
 _UNMODELLED = {
-    "global_head_dim": "Gemma-4 global layers use a different head_dim",
     "num_kv_shared_layers": "layers sharing another layer's KV cache",
     "hidden_size_per_layer_input": "per-layer input embeddings",
     "swa_num_attention_heads": "separate head counts of the sliding-window layers",
+    "global_head_dim": "a global-layer head_dim without layer_types",  # Gemma-4
+    "num_global_key_value_heads": "global-layer KV heads without layer_types",
+    "attention_k_eq_v": "K = V on global layers without layer_types",
     "swa_num_key_value_heads": "separate KV heads of the sliding-window layers",
     "swa_head_dim": "separate head_dim of the sliding-window layers",
     "attn_type_list": "lightning (linear) attention layers",
@@ -110,6 +113,7 @@ _UNMODELLED = {
     "hc_count": "hyper-connection streams",
     "ngram_size": "n-gram embeddings",
 }
+_GLOBAL_LAYER = ("global_head_dim", "num_global_key_value_heads", "attention_k_eq_v")
 _COST_WORDS = re.compile(
     r"(head|expert|layer|window|intermediate|lora|moe|attn|attention|ssm|mamba|linear|"
     r"state|kv|chunk|sparse|index|mtp|nextn|dim$|_size$)"
@@ -175,6 +179,8 @@ def _warnings(cfg: dict[str, Any]) -> list[str]:
     out = []
     for k, v in cfg.items():
         if v in (None, False, 0, [], {}, "") or k in _MODELLED:
+            continue
+        if k in _GLOBAL_LAYER and isinstance(cfg.get("layer_types"), list):
             continue
         if k in _UNMODELLED:
             out.append(f"config field {k!r} ({_UNMODELLED[k]}) is not modelled: costs ignore it")
@@ -327,8 +333,8 @@ def spec_fields(cfg: dict[str, Any], *, id: str = "", where: str = "") -> dict[s
         and all(ls.mixer != "linear" for ls in specs)
         and not beside
         and all(
-            (ls.mixer, ls.kv_heads, ls.window, ls.mlp)
-            == ("full", kv_heads, 0, "moe" if i in moe_idx else "dense")
+            (ls.mixer, ls.kv_heads, ls.window, ls.mlp, ls.head_dim, ls.k_eq_v)
+            == ("full", kv_heads, 0, "moe" if i in moe_idx else "dense", 0, False)
             and (ls.intermediate == (0 if i in moe_idx else intermediate))
             for i, ls in enumerate(specs)
         )
@@ -379,6 +385,12 @@ def spec_fields(cfg: dict[str, Any], *, id: str = "", where: str = "") -> dict[s
         sparse_attn=sparse,
         attn_output_gate=bool(cfg.get("attn_output_gate", family == "qwen3_next")),
         mtp_layers=_a(cfg, where, "mtp", default=0),
+        # DeepSeek-style MTP stores its own embedding and head; Qwen3-Next / 3.5 share
+        mtp_own_embedding=bool(
+            cfg.get(
+                "mtp_use_dedicated_embeddings", not family.startswith(("qwen3_next", "qwen3_5"))
+            )
+        ),
         quantization=quant,
         published_params=float(published) if published else None,
         published_active_params=float(published_active) if published_active else None,

@@ -222,11 +222,18 @@ def layer_specs(
     if mix is None and not dense_beside_moe:
         return ()
     mix = mix or [("full", 0)] * layers
+    # Gemma-4: the full-attention layers have their own head width and KV heads
+    g_dim = _n(cfg, "global_head_dim", where) if isinstance(cfg.get("layer_types"), list) else 0
+    g_kv = _n(cfg, "num_global_key_value_heads", where, kv_heads)
+    k_eq_v = bool(cfg.get("attention_k_eq_v")) and bool(g_dim)
     out = []
     for i, (kind, win) in enumerate(mix):
         if i in moe:
             mlp, inter = "moe", intermediate if dense_beside_moe else 0
         else:
             mlp, inter = "dense", intermediate
+        if kind == "full" and g_dim:
+            out.append(LayerSpec(kind, g_kv, 0, mlp, inter, head_dim=g_dim, k_eq_v=k_eq_v))
+            continue
         out.append(LayerSpec(kind, kv_heads if kind != "linear" else 0, win, mlp, inter))
     return tuple(out)

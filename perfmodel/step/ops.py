@@ -29,7 +29,6 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hardware.roofline import gemm_flops, gemm_flops_bytes, padded_rows
-from perfmodel.dtypes import get_dtype
 from perfmodel.memory import layer_kv_elems_per_device
 from perfmodel.model import LayerSpec, ModelSpec
 from perfmodel.moe.distinct import distinct_experts_uniform
@@ -79,17 +78,22 @@ def _allreduce(name: str, tokens: Arr, model: ModelSpec, plan: ParallelPlan, cou
 _SUFFIX = {"full": "", "sliding": "_swa", "chunked": "_chunked", "linear": "", "proj": ""}
 
 
-def _groups(keys: list[tuple[str, int, int]]) -> list[tuple[tuple[str, int, int], int, str]]:
-    """Distinct (kind, width, window) keys in first-seen order with their layer count
-    and an op-name suffix: by kind, plus the width where a kind has several (DeciLM)."""
-    counts: dict[tuple[str, int, int], int] = {}
+_Key = tuple[str, int, int, int, bool]
+
+
+def _groups(keys: list[_Key]) -> list[tuple[_Key, int, str]]:
+    """Distinct (kind, KV heads, window, head width, k_eq_v) keys in first-seen order
+    with their layer count and an op-name suffix: by kind, plus the width where a kind
+    has several (DeciLM)."""
+    counts: dict[_Key, int] = {}
     for k in keys:
         counts[k] = counts.get(k, 0) + 1
     out = []
     for k, n in counts.items():
         same = [c for c in counts if c[0] == k[0]]
         main = max(same, key=lambda c: counts[c])
-        out.append((k, n, _SUFFIX.get(k[0], "") + ("" if k == main else f"_w{k[1]}")))
+        wide = f"_w{k[1]}" + (f"d{k[3]}" if k[3] else "")
+        out.append((k, n, _SUFFIX.get(k[0], "") + ("" if k == main else wide)))
     return out
 
 
@@ -141,7 +145,7 @@ def _attention_group(
         q_elems = heads * (m.kv_lora_rank + m.qk_rope_head_dim)
         o_in = heads * m.v_head_dim
     else:
-        d = model.head_dim
+        d = model.layer_head_dim(ls)
         q_out = heads * d * (2 if model.attn_output_gate else 1)
         ops.append(_gemm("qkv_proj" + sfx, T, q_out + kv_elems, h, plan, L, "attention"))
         decode_pair_flops = prefill_pair_flops = 4 * heads * d
@@ -205,10 +209,9 @@ def _linear_group(model: ModelSpec, plan: ParallelPlan, batch: Batch, L: int) ->
         proj_in = 2 * la.k_heads * la.k_dim + 2 * v + 2 * la.v_heads
     else:
         proj_in = 2 * v + 2 * la.groups * la.k_dim + la.v_heads
-    state_b = get_dtype(la.state_dtype).bytes if la.state_dtype else plan.kv_bytes
     seqs = batch.prefill_seqs + batch.decode_seqs
     flops = T * la.flops_per_token() / sh
-    bytes_ = 2 * seqs * la.state_elems() / sh * state_b + 2 * T * proj_in / sh * plan.act_bytes
+    bytes_ = 2 * seqs * la.state_bytes(plan.kv_bytes) / sh + 2 * T * proj_in / sh * plan.act_bytes
     return [
         _gemm("linear_in_proj", T, proj_in / sh, h, plan, L, "attention"),
         Op("linear_attention", "compute", flops, bytes_, L, kernels=2.0),
@@ -225,8 +228,12 @@ def attention_ops(
     b = batch.scaled(1 / plan.dp)
     plan_ = model.layer_plan
     ops: list[Op] = []
-    keys = [(ls.mixer, ls.kv_heads, ls.window) for ls in plan_ if ls.mixer != "none"]
-    for (kind, kv, win), n, sfx in _groups(keys):
+    keys = [
+        (ls.mixer, ls.kv_heads, ls.window, ls.head_dim, ls.k_eq_v)
+        for ls in plan_
+        if ls.mixer != "none"
+    ]
+    for (kind, kv, win, d, k_eq_v), n, sfx in _groups(keys):
         if kind == "linear":
             ops += _linear_group(model, plan, b, n)
         elif kind == "proj":
@@ -236,7 +243,7 @@ def attention_ops(
                 )
             )
         else:
-            ls = LayerSpec(kind, kv, win)
+            ls = LayerSpec(kind, kv, win, head_dim=d, k_eq_v=k_eq_v)
             ops += _attention_group(model, plan, b, ls, n, sfx, decode_kv_reads)
     if plan.tp > 1 and keys:
         ops.append(_allreduce("attn_allreduce", b.tokens, model, plan, len(keys)))
@@ -296,12 +303,12 @@ def mlp_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op]:
     ops: list[Op] = []
     up = 2 if model.gated_mlp else 1
     layers = model.layer_plan
-    dense = [
-        ("dense", ls.intermediate, 0)
+    dense: list[_Key] = [
+        ("dense", ls.intermediate, 0, 0, False)
         for ls in layers
         if ls.mlp in ("dense", "moe") and ls.intermediate
     ]
-    for (_, width, _), n, sfx in _groups(dense):
+    for (_, width, *_), n, sfx in _groups(dense):
         ops.append(_gemm("mlp_up" + sfx, T, up * width / t, h, plan, n, "dense_mlp"))
         ops.append(_gemm("mlp_down" + sfx, T, h, width / t, plan, n, "dense_mlp"))
     n_proj = sum(1 for ls in layers if ls.mlp == "proj")
