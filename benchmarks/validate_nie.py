@@ -12,8 +12,11 @@ unrepresentable.
 Which A100: ``M`` = 131,000 tokens (17.2 GB of BF16 KV) is what vLLM's 0.9 memory
 fraction leaves on a 40 GB A100 (this project's memory model: 150–171k tokens), not on
 an 80 GB one (450k+). Both are printed. Engines: none (the engine-less roofline),
-``vllm`` (the calibrated 2024-era V0 file) and ``vllm@0.8`` (V1). ``--sim`` adds the
-discrete-event simulator's saturation rate (it preempts and recomputes).
+``vllm`` (the calibrated 2024-era V0 file) and ``vllm@0.8`` (V1, prefix caching on: a
+preempted request recomputes only what was evicted, ``perfmodel.serving.preemption``).
+``--sim`` adds the discrete-event simulator's saturation rate (it preempts and recomputes,
+through the engine's prefix cache if it has one) and, for an engine with a prefix
+cache, the simulator with the cache off (``sim −pc``).
 
     PYTHONPATH=. python benchmarks/validate_nie.py [--sim] [--requests N]
 
@@ -23,6 +26,7 @@ error = predicted / measured − 1 (negative: the model is pessimistic).
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 import numpy as np
 
@@ -70,10 +74,14 @@ def predicted_rates(inst: Instance) -> dict[str, tuple[float, float]]:
     return out
 
 
-def simulated_rates(inst: Instance, requests: int) -> dict[str, float]:
+def simulated_rates(inst: Instance, requests: int, *, cache: bool = True) -> dict[str, float]:
+    """The simulator's saturation rate per split; ``cache=False`` turns the engine's prefix
+    cache off (a preempted request then recomputes everything it held)."""
     setup = make_setup(
         inst, kv_capacity_tokens=M_TOKENS, max_batched_tokens=CHUNK, chunk_size=CHUNK
     )
+    if not cache:
+        setup = replace(setup, prefix_cache_block_tokens=0)
     out = {}
     for name, (s_hi, o_hi) in SPLITS.items():
         res = simulate_workload(
@@ -93,7 +101,8 @@ def main() -> None:
     model = load_model("llama-3.1-8b")
     print(
         f"{'device':14s} {'engine':9s} {'split':11s} {'measured':>8s} {'predicted':>9s} "
-        f"{'error':>7s} {'R tok':>6s}" + (f" {'sim':>7s} {'error':>7s}" if a.sim else "")
+        f"{'error':>7s} {'R tok':>6s}"
+        + (f" {'sim':>7s} {'error':>7s} {'sim -pc':>7s} {'error':>7s}" if a.sim else "")
     )
     for dev in ("a100-40gb", "a100-sxm-80gb"):
         for eng in (None, "vllm", "vllm@0.8"):
@@ -101,12 +110,16 @@ def main() -> None:
                             engine=load_engine(eng) if eng else None)  # fmt: skip
             pred = predicted_rates(inst)
             sim = simulated_rates(inst, a.requests) if a.sim else {}
+            pc = a.sim and inst.engine is not None and inst.engine.prefix_caching
+            nopc = simulated_rates(inst, a.requests, cache=False) if pc else {}
             for split, meas in MEASURED.items():
                 mu, rec = pred[split]
                 line = (f"{dev:14s} {eng or 'none':9s} {split:11s} {meas:8.3f} {mu:9.3f} "
                         f"{mu / meas - 1:+7.1%} {rec:6.0f}")  # fmt: skip
                 if a.sim:
                     line += f" {sim[split]:7.3f} {sim[split] / meas - 1:+7.1%}"
+                    if nopc:
+                        line += f" {nopc[split]:7.3f} {nopc[split] / meas - 1:+7.1%}"
                 print(line)
     print("LongBench v2 (measured 0.610 req/s): unrepresentable (no length distribution)")
 

@@ -16,7 +16,9 @@ and version range, every default with its source) or from a user's TOML file. It
   size, and how much KV a request reserves at admission (``"full"``: prompt + all output
   tokens, TensorRT-LLM's guaranteed-no-evict scheduler; ``"incremental"``: blocks as the
   request grows, with preemption when the cache runs out, vLLM);
-* chunked prefill on or off with its chunk, and the preemption mode;
+* chunked prefill on or off with its chunk, the preemption mode, and whether a prefix
+  cache keeps a preempted request's blocks until they are reused (``prefix_caching``,
+  vLLM V1's default: it recomputes only what was evicted, :mod:`perfmodel.serving.preemption`);
 * ``kv_dequant_efficiency`` ∈ (0, 1]: the factor on decode attention's KV read rate
   when the cache is in a format the device has no math for (FP8 KV on an A100: the
   kernel dequantizes in software);
@@ -98,6 +100,7 @@ class Engine:
     iteration_overhead_by_family: dict[str, float] = field(default_factory=dict)
     collective_overhead_s: float = 0.0  # per collective call, beyond the link model
     kv_dequant_efficiency: float = 1.0  # KV read rate factor when dequantized in software
+    prefix_caching: bool = False  # a preempted request's cached blocks survive until evicted
     calibrated: tuple[str, ...] = ()  # "family/dtype" pairs fitted on measurements
     provenance: dict[str, Any] = field(default_factory=dict, compare=False)
     sources: tuple[str, ...] = ()
@@ -194,6 +197,7 @@ class Engine:
             "kv_memory_basis": self.kv_memory_basis,
             "kv_block_tokens": self.kv_block_tokens,
             "kv_reservation": self.kv_reservation,
+            "prefix_caching": self.prefix_caching,
             "chunked_prefill": self.chunked_prefill,
             "preemption": self.preemption,
             "gqa_kv_sharing": self.gqa_kv_sharing,
@@ -240,6 +244,8 @@ def engine_from_dict(data: dict[str, Any], *, path: str = "") -> Engine:
             effs[(fam, dt)] = _eff(t, f"{where} [efficiency.{key!r}]")
         b = data["batching"]
         kv = data["kv_cache"]
+        if not isinstance(kv.get("prefix_caching", False), bool):
+            raise SpecError(f"{where}: kv_cache.prefix_caching must be true or false")
         host = data["host"]
         return Engine(
             id=str(data["id"]),
@@ -263,6 +269,7 @@ def engine_from_dict(data: dict[str, Any], *, path: str = "") -> Engine:
             kv_memory_basis=str(kv["basis"]),
             kv_block_tokens=int(kv["block_tokens"]),
             kv_reservation=str(kv["reservation"]),
+            prefix_caching=bool(kv.get("prefix_caching", False)),
             gqa_kv_sharing=float(data["attention"]["gqa_kv_sharing"]),
             kv_dequant_efficiency=float(data["attention"].get("kv_dequant_efficiency", 1.0)),
             efficiency=effs,

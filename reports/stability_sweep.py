@@ -330,7 +330,11 @@ def stability_phase(
         if sim_requests and sim_rows:
             for i in _pick(len(rows), sim_rows):
                 sr, (y, w, kv) = srs[i], specs[i]
-                setup = SimSetup(table, sr.kv_capacity_tokens, sr.max_batched_tokens, sr.chunk_size)
+                eng = sr.instance.engine  # its prefix cache, as the analytic rate has it
+                block = eng.kv_block_tokens if eng is not None and eng.prefix_caching else 0
+                setup = SimSetup(
+                    table, sr.kv_capacity_tokens, sr.max_batched_tokens, sr.chunk_size, block
+                )
                 for u in sim_loads:
                     points.append(_sim_point(setup, sr, w, y, u, sim_requests, sim_seed()))
                     tick(1)

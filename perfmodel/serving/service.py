@@ -33,7 +33,8 @@ life, a saturated engine completes ``L/E[g]`` requests per iteration, i.e.
 * *Recompute.* A full cache preempts: ``R`` prompt tokens per request are prefilled
   again (:mod:`perfmodel.serving.preemption`), so ``b̄`` below is taken with
   ``1 + R/E[s]`` prompt passes per request (not for an engine that reserves a request's
-  whole KV at admission).
+  whole KV at admission); with a prefix cache (``engine.prefix_caching``, vLLM V1) only
+  the evicted share ``φ`` of it, ``φ·R``.
 * *Iteration time.* At that operating point ``r = M_eff/E[g]`` prompts start per
   iteration and ``n_d = r·E[o−1]`` requests decode (Little). The prompts come as whole
   chunks, ``K ~ Poisson(r·E[chunks])`` per iteration, so
@@ -81,7 +82,10 @@ from perfmodel.serving.classic_queues import (
     work_conserving_capacity_tokens_per_s,
 )
 from perfmodel.serving.latency import LatencyEstimate, estimate_latency
-from perfmodel.serving.preemption import recompute_tokens_per_request
+from perfmodel.serving.preemption import (
+    prefix_cache_evicted_fraction,
+    recompute_tokens_per_request,
+)
 from perfmodel.serving.servemix import (
     DEFAULT_WATERMARK,
     PROMPT_BINS,
@@ -117,7 +121,8 @@ class ServiceRate(OnInstance):
     moments: RequestMoments
     effective_kv_tokens: float = 0.0  # M_eff = M − watermark·M − E[c²]/(2E[c]) (× pp)
     admission_slack_tokens: float = 0.0  # E[c²]/(2E[c]): KV left free by FIFO admission
-    recompute_tokens: float = 0.0  # R: prompt tokens recomputed per request after preemption
+    recompute_tokens: float = 0.0  # φ·R: prompt tokens recomputed per request after preemption
+    recompute_evicted_fraction: float = 1.0  # φ: what a prefix cache loses (1: no cache)
 
     @property
     def largest_request_fits(self) -> bool:
@@ -228,7 +233,7 @@ def service_rate(
     r_memory = m_eff / m.lifetime_kv_token_steps
     t = inst.iteration_s(mix_batch(np.array([r_compute, r_memory]), m))
     t_full, t_mem = float(t[0]), float(t[1])
-    recompute = 0.0
+    recompute, evicted = 0.0, 1.0
     if r_memory < r_compute:  # the cache fills before the budget: iterations are not full
         # a full cache preempts: R tokens per request are prefilled again (preemption.py);
         # an engine that reserves a request's whole KV at admission never preempts
@@ -240,6 +245,19 @@ def service_rate(
                 admission_slack_tokens=slack,
             )
         s_vals, s_w = compress_atoms(lengths.input_tokens, lengths.weights, PROMPT_BINS)
+        if recompute > 0 and inst.engine is not None and inst.engine.prefix_caching:
+            # a prefix cache keeps what the others' growth has not evicted (preemption.py)
+            evicted = prefix_cache_evicted_fraction(
+                s_vals,
+                s_w,
+                lengths.input_tokens + lengths.output_tokens,
+                lengths.weights,
+                decode_growth_tokens=m.decode_steps,
+                # h: the watermark and a first chunk free beyond the victim's own blocks
+                headroom_tokens=int(admission_watermark * M)
+                + float(np.dot(s_w, np.minimum(s_vals, chunk)) / s_w.sum()),
+            )
+            recompute *= evicted
         t_mem = poisson_iteration_s(
             inst,
             s_vals,
@@ -272,6 +290,7 @@ def service_rate(
         effective_kv_tokens=pp * m_eff,
         admission_slack_tokens=slack,
         recompute_tokens=recompute,
+        recompute_evicted_fraction=evicted,
     )
 
 

@@ -61,6 +61,7 @@ class EngineRun:
     queue_t_s: Arr
     queue_len: NDArray[np.int64]
     kv_used_tokens: NDArray[np.int64]
+    recompute_tokens: int = 0  # tokens computed again after preemptions
 
 
 def run_engine(
@@ -76,6 +77,7 @@ def run_engine(
     max_time_s: float,
     queue_samples: int,
     skip_ahead: bool,
+    prefix_cache_block_tokens: int = 0,
 ) -> EngineRun:
     """Run the engine (inputs already validated by ``simulate``)."""
     e = EngineState(
@@ -89,6 +91,7 @@ def run_engine(
         reserve_tokens=reserve_tokens,
         max_time_s=max_time_s,
         queue_samples=queue_samples,
+        prefix_cache_block_tokens=prefix_cache_block_tokens,
     )
     n, arr, q_every, B = e.n, e.arr, e.q_every, e.B
     arrive, sample, schedule, admit, step = e.arrive, e.sample, e.schedule, e.admit, e.step
@@ -127,4 +130,5 @@ def run_engine(
         queue_t_s=np.asarray(e.q_t, dtype=np.float64),
         queue_len=np.asarray(e.q_len, dtype=np.int64),
         kv_used_tokens=np.asarray(e.q_kv, dtype=np.int64),
+        recompute_tokens=e.recomputed,
     )

@@ -19,6 +19,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfmodel.errors import SpecError
+from perfmodel.sim.prefix_cache import FreeQueueCache
 from perfmodel.step.table import StepTable
 
 Arr = NDArray[np.float64]
@@ -33,9 +34,9 @@ class EngineState:
         "B", "C", "G", "M", "act", "arr", "base_sum", "busy", "ctx", "decode_steps", "dt",
         "finish", "first", "free", "gen", "gen_done", "gfin", "heap", "isdec", "iterations",
         "kv_used",
-        "max_time_s", "n", "n_dec", "nxt", "o_out", "out", "preemptions", "pref", "q_every",
-        "q_kv", "q_len", "q_t", "rejected", "rem", "req", "reserve", "retry_at", "s_in",
-        "sample_i", "seq", "seq_of", "t", "table", "tt", "waiting",
+        "max_time_s", "n", "n_dec", "nxt", "o_out", "out", "pc", "preemptions", "pref",
+        "q_every", "q_kv", "q_len", "q_t", "recomputed", "rejected", "rem", "req", "reserve",
+        "retry_at", "s_in", "sample_i", "seq", "seq_of", "t", "table", "tt", "waiting",
     )  # fmt: skip
 
     def __init__(
@@ -51,7 +52,11 @@ class EngineState:
         reserve_tokens: int,
         max_time_s: float,
         queue_samples: int,
+        prefix_cache_block_tokens: int = 0,
     ) -> None:
+        # a prefix cache keeps a preempted request's blocks until the free queue reaches them
+        self.pc = FreeQueueCache(prefix_cache_block_tokens) if prefix_cache_block_tokens else None
+        self.recomputed = 0  # tokens computed again after a preemption
         self.M, self.B, self.C = kv_capacity_tokens, max_batched_tokens, chunk_size
         self.reserve, self.max_time_s = reserve_tokens, max_time_s
         self.arr: list[float] = arrival_s.tolist()
@@ -134,6 +139,9 @@ class EngineState:
             c, g = self.ctx[k], self.gen[k]
             del self.pref[k]
         self.kv_used -= c
+        self.recomputed += c
+        if self.pc is not None:
+            self.pc.preempt(r, c, self.kv_used, self.M)
         self.gen_done[r] = g
         del self.act[k]
         self.free.append(k)
@@ -161,6 +169,8 @@ class EngineState:
             k = e[2]
             finish[req[k]] = t
             self.kv_used -= ctx[k] + G
+            if self.pc is not None:
+                self.pc.freed += ctx[k] + G
             self.n_dec -= 1
             self.base_sum -= ctx[k]
             del act[k]
@@ -227,22 +237,28 @@ class EngineState:
         req, ctx, rem, gen, out = self.req, self.ctx, self.rem, self.gen, self.out
         seq_of, isdec, free, act, pref = self.seq_of, self.isdec, self.free, self.act, self.pref
         room = self.M - self.reserve
-        kv_used, seq = self.kv_used, self.seq
+        kv_used, seq, pc = self.kv_used, self.seq, self.pc
         while budget > 0 and waiting:
             r = waiting[0]
             rm = s_in[r] + gen_done[r]  # recompute prompt + generated after a preemption
-            c = min(rm, C, budget)
-            if kv_used + c > room:
+            kept = pc.cached(r, kv_used, rm) if pc is not None else 0
+            c = min(rm - kept, C, budget)
+            if kv_used + kept + c > room:
                 break
             waiting.popleft()
+            if pc is not None:
+                pc.take(r, kept)
+                self.recomputed -= kept
+                kv_used += kept
+                rm -= kept
             if free:
                 k = free.pop()
-                req[k], ctx[k], rem[k], gen[k], out[k] = r, 0, rm, gen_done[r], o_out[r]
+                req[k], ctx[k], rem[k], gen[k], out[k] = r, kept, rm, gen_done[r], o_out[r]
                 seq_of[k], isdec[k] = seq, False
             else:
                 k = len(req)
                 req.append(r)
-                ctx.append(0)
+                ctx.append(kept)
                 rem.append(rm)
                 gen.append(gen_done[r])
                 out.append(o_out[r])
@@ -332,6 +348,8 @@ class EngineState:
                     gfin[k] = out[k] - gen[k]
                     heapq.heappush(heap, (gfin[k], seq_of[k], k))
         self.kv_used -= freed
+        if self.pc is not None:
+            self.pc.freed += freed
         self.n_dec += new_dec
         self.base_sum += new_base
 

@@ -82,6 +82,7 @@ class SimResult:
     queue_t_s: Arr = field(repr=False)  # sampled times
     queue_len: IntArr = field(repr=False)  # waiting requests at those times
     kv_used_tokens: IntArr = field(repr=False)  # KV tokens held at those times
+    recompute_tokens: int = 0  # prompt and generated tokens computed again after preemptions
 
     @property
     def completed(self) -> NDArray[np.bool_]:
@@ -163,11 +164,14 @@ def simulate(
     queue_samples: int = 2000,
     admission_watermark: float = DEFAULT_WATERMARK,
     skip_ahead: bool = True,
+    prefix_cache_block_tokens: int = 0,
 ) -> SimResult:
     """Run the engine on the given requests (arrival times non-decreasing).
 
     ``skip_ahead`` advances runs of identical decode-only iterations in one vectorized
     step (exact; see :mod:`perfmodel.sim.engine`); ``False`` steps every iteration.
+    ``prefix_cache_block_tokens`` > 0: a prefix cache with blocks of that size keeps a
+    preempted request's KV until the free queue reaches it (:mod:`perfmodel.sim.prefix_cache`).
     """
     arr = np.asarray(arrival_s, dtype=np.float64)
     s_in = np.asarray(input_tokens, dtype=np.int64)
@@ -200,6 +204,7 @@ def simulate(
         max_time_s=max_time_s,
         queue_samples=queue_samples,
         skip_ahead=skip_ahead,
+        prefix_cache_block_tokens=prefix_cache_block_tokens,
     )
     return SimResult(
         arrival_s=arr,
@@ -215,6 +220,7 @@ def simulate(
         queue_t_s=run.queue_t_s,
         queue_len=run.queue_len,
         kv_used_tokens=run.kv_used_tokens,
+        recompute_tokens=run.recompute_tokens,
     )
 
 
@@ -226,6 +232,7 @@ class SimSetup:
     kv_capacity_tokens: int
     max_batched_tokens: int
     chunk_size: int
+    prefix_cache_block_tokens: int = 0  # > 0: the engine's prefix cache block (0: none)
 
 
 def make_setup(
@@ -236,9 +243,12 @@ def make_setup(
     chunk_size: int | None = None,
 ) -> SimSetup:
     table = build_step_table(inst, max_batched_tokens)
+    eng = inst.engine
+    block = eng.kv_block_tokens if eng is not None and eng.prefix_caching else 0
     return SimSetup(
-        table, kv_capacity_tokens, max_batched_tokens, int(chunk_size or max_batched_tokens)
-    )
+        table, kv_capacity_tokens, max_batched_tokens, int(chunk_size or max_batched_tokens),
+        block,
+    )  # fmt: skip
 
 
 def simulate_workload(
@@ -298,6 +308,7 @@ def simulate_engines(
         "chunk_size": setup.chunk_size,
         "max_time_s": max_time_s,
         "skip_ahead": skip_ahead,
+        "prefix_cache_block_tokens": setup.prefix_cache_block_tokens,
     }
     if engines == 1:
         return simulate(setup.table, arrival_s=t, input_tokens=s, output_tokens=o, **kw)
@@ -353,6 +364,7 @@ def merge_results(parts: list[SimResult]) -> SimResult:
         queue_t_s=q_t,
         queue_len=q_len,
         kv_used_tokens=kv,
+        recompute_tokens=sum(p.recompute_tokens for p in parts),
     )
 
 

@@ -2,9 +2,13 @@
 
 Llama-3-8B on one A100 under vLLM v1, chunk = budget = 512, KV 131,000 tokens (a 40 GB
 A100 at vLLM's 0.9 memory fraction), uniform lengths; ``vllm@0.8`` (the uncalibrated V1
-file) with the recompute-preemption term. Only the splits the model meets are asserted
-(issue 12: within 12 %); ``benchmarks/validate_nie.py`` prints every split with its
-signed error (1:1 −13 %, 1:2 −14 %, 8 GPUs −12 %: outside 10 / 12 %).
+file) with the recompute-preemption term through its prefix cache. Measured (req/s):
+1:1 3.387, 2:1 3.650, 1:2 2.969, mixed 3.137, 8 GPUs (1:1) 26.710, LongBench v2 0.610
+(formal_models.md T2). Only the splits the model meets are asserted (issue 12: the other
+splits within 12 %): 2:1 +1.5 %, mixed −2.6 %, 8 GPUs −9.7 %.
+``benchmarks/validate_nie.py`` prints every split with its signed error; not met:
+1:1 −11.0 % (10 % asked) and 1:2 −12.4 % (12 %); LongBench v2 has no length
+distribution (unrepresentable). Nothing was tuned on these rows.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ def rates() -> dict[str, tuple[float, float]]:
     return predicted_rates(inst)
 
 
-@pytest.mark.parametrize("split", ["2:1", "mixed"])
+@pytest.mark.parametrize("split", ["2:1", "mixed", "8 GPUs 1:1"])
 def test_published_split_within_12_percent(
     rates: dict[str, tuple[float, float]], split: str
 ) -> None:
