@@ -66,3 +66,22 @@ def test_memo_shared_across_slos_same_answers() -> None:
         fresh = colocated_baseline(MODEL, WORK, slo, devices=[H100])
         shared = colocated_baseline(MODEL, WORK, slo, devices=[H100], memo=memo)
         assert shared == fresh
+
+
+@pytest.mark.slow  # about 15 s on an idle machine
+def test_slo_sweep_cells_equal_independent_cells() -> None:
+    """The sweep shares its phase profiles and colocated estimates across cells; each cell
+    equals the one computed alone (fresh memos: the per-cell computation of before)."""
+    from perfmodel.workload.lengths import lognormal_lengths
+    from perfmodel.workload.presets import PRESETS
+    from reports.pd_plot import _cell, slo_sweep
+
+    small = Workload("chat-12", lognormal_lengths(*PRESETS["chat"], name="chat-12", n=12))
+    ttft, tpot = [0.25, 1.0], [0.02, 0.08]
+    sweep = slo_sweep(MODEL, [H100], small, ttft_s=ttft, tpot_s=tpot, percentile=0.9)
+    for c in sweep.cells:
+        alone = _cell(
+            MODEL, [H100], [H100], small, SLO(c.x, c.y, percentile=0.9), c.x, c.y, "bf16", "bf16"
+        )
+        assert alone == c
+    assert {c.regime for c in sweep.cells} >= {"disaggregated", "colocated"}
