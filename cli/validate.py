@@ -103,7 +103,7 @@ RULES: dict[str, Rule] = {
     "kv_levels": _r(1, 10_000, work_hi=64, why="grid levels of the cache MILP"),
     "expert_levels": _r(1, 10_000, work_hi=64, why="grid levels of the cache MILP"),
     "adapter_levels": _r(1, 10_000, work_hi=64, why="grid levels of the cache MILP"),
-    "rates": _r(2, 10_000, work_hi=256, why="rates per phase-diagram row"),
+    "rates": _r(2, 100_000, work_hi=10_000, why="rates per phase-diagram row (formulas)"),
     "sim_rows": _r(0, 10_000, work_hi=64, why="simulated rows"),
     "sim_requests": _r(0, 100_000_000, work_hi=1_000_000, why="requests per simulated cell"),
     "max_gpus": _r(1, 1_000_000),

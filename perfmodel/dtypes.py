@@ -8,6 +8,7 @@ scale per 32 (0.5 + 1/32 B); both compute at the device's ``fp4`` peak.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from functools import cache
 
 from perfmodel.errors import SpecError
 
@@ -57,6 +58,9 @@ def get_dtype(name: str | DType) -> DType:
     """Look a dtype up by name or common alias (``bfloat16`` -> ``bf16``)."""
     if isinstance(name, DType):
         return name
+    hit = _DTYPES.get(name)  # the canonical name: no normalising
+    if hit is not None:
+        return hit
     key = _ALIASES.get(name.strip().lower(), name.strip().lower())
     try:
         return _DTYPES[key]
@@ -84,6 +88,7 @@ class ModuleDTypes:
                 object.__setattr__(self, f.name, get_dtype(v).name)
 
     @staticmethod
+    @cache
     def uniform(dtype: str) -> ModuleDTypes:
         d = get_dtype(dtype).name
         return ModuleDTypes(d, d, d, d)

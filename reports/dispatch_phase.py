@@ -65,8 +65,14 @@ class PhaseCell:
     layer_gain: float
     comm_share: float  # comm / heuristic layer time
 
+    @property
+    def margin(self) -> float:
+        """Signed distance to the comm-dominated boundary, ``comm_share − 0.5`` (> 0: the
+        all-to-all takes at least half the layer time)."""
+        return self.comm_share - COMM_DOMINATED_SHARE
+
     def to_dict(self) -> dict[str, Any]:
-        return dict(vars(self))
+        return {**vars(self), "margin": self.margin}
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from perfmodel.units import MS_PER_S
 from perfmodel.workload.lengths import fixed_lengths
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
+from solvers.pd.colocated import ColocatedMemo
 from solvers.pd.plan import colocated_baseline, evaluate_options, fluid_optimum
 
 DEFAULT_INPUTS = (128, 512, 2048, 8192)
@@ -140,8 +141,12 @@ def _cell(
     y: float,
     dtype: str,
     kv_dtype: str,
+    memos: tuple[dict[tuple[Any, ...], Any], ColocatedMemo] | None = None,
 ) -> PDCell:
+    """One cell; ``memos`` (phase profiles, colocated estimates) are shared by the cells
+    of one workload (an SLO sweep)."""
     note = ""
+    opts_memo, colo_memo = memos or ({}, ColocatedMemo())
     try:
         opts = evaluate_options(
             model,
@@ -151,13 +156,16 @@ def _cell(
             decode_devices=decode_devices,
             dtype=dtype,
             kv_dtype=kv_dtype,
+            memo=opts_memo,
         )
         f = fluid_optimum(opts)
         dis, gr, ir = f.per_gpu_rate_per_s, f.gpu_ratio, f.instance_ratio
         pl, dl = f.prefill.config.label, f.decode.config.label
     except InfeasibleError as e:
         dis, gr, ir, pl, dl, note = 0.0, None, None, "", "", str(e)
-    colo = colocated_baseline(model, workload, slo, devices=devices, dtype=dtype, kv_dtype=kv_dtype)
+    colo = colocated_baseline(
+        model, workload, slo, devices=devices, dtype=dtype, kv_dtype=kv_dtype, memo=colo_memo
+    )
     c = colo.per_gpu_rate_per_s if colo.feasible else 0.0
     if dis > 0 and c > 0:
         regime = "disaggregated" if dis > c else "colocated"
@@ -226,12 +234,22 @@ def slo_sweep(
     if not ttft_s or not tpot_s:
         raise SpecError("need at least one TTFT and one TPOT target")
     cells = []
+    memos: tuple[dict[tuple[Any, ...], Any], ColocatedMemo] = ({}, ColocatedMemo())
     for a in ttft_s:
         for b in tpot_s:
             slo = SLO(float(a), float(b), percentile=percentile)
             cells.append(
                 _cell(
-                    model, devices, decode_devices or devices, workload, slo, a, b, dtype, kv_dtype
+                    model,
+                    devices,
+                    decode_devices or devices,
+                    workload,
+                    slo,
+                    a,
+                    b,
+                    dtype,
+                    kv_dtype,
+                    memos,
                 )
             )
             if progress:

@@ -8,7 +8,7 @@ from reports.stability_sweep import StabilityPhase
 
 REGIMES = ("slo-feasible", "stable", "unstable")
 
-
+LABELLED_COLUMNS = 40  # at most this many rates per panel: each cell shows its margin
 
 # green / amber / red: told apart by hue and lightness (not two greens)
 _COLORS = {"slo-feasible": "#1a9850", "stable": "#fdd65c", "unstable": "#d73027"}
@@ -90,9 +90,12 @@ def stability_figure(phase: StabilityPhase) -> Any:
                 colorscale=scale,
                 showscale=False,
                 opacity=0.85,
-                # the regime is the colour; the label is the margin to the edge
-                text=[[f"{p.cell(i, j).margin:+.0%}" for j in range(nx)] for i in range(len(ys))],
-                texttemplate="%{text}",
+                # the regime is the colour; the label is the margin to the edge (on a
+                # coarse grid only: a fine one has no room, the hover gives it)
+                text=[[f"{p.cell(i, j).margin:+.0%}" for j in range(nx)] for i in range(len(ys))]
+                if nx <= LABELLED_COLUMNS
+                else None,
+                texttemplate="%{text}" if nx <= LABELLED_COLUMNS else None,
                 textfont={"size": 9},
                 customdata=detail,
                 hovertemplate="λ = %{x:.3g} req/s<br>y = %{y:.4g}<br>%{customdata}<extra></extra>",

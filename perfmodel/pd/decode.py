@@ -14,7 +14,8 @@ queue with ``c = min(cap, M / E[s + o])`` slots (Erlang C, Allen–Cunneen facto
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -60,6 +61,11 @@ class DecodeProfile:
     floor_tpot: Arr  # unloaded TPOT per (s, o) atom (o >= 2)
     floor_weights: Arr
     receive_s_mean: float  # E[receive time]: the ingress link's occupancy per request
+    # the rate-dependent parts of tpot_cdf by (rate, slot_limit): a quantile or an SLO
+    # sweep asks at the same rates again
+    _by_rate: dict[tuple[float, bool], Any] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def step_at(self, n: float) -> float:
         return float(np.interp(n, self.batch_grid, self.step_s))
@@ -100,9 +106,28 @@ class DecodeProfile:
         ``slot_limit=False`` lifts the KV/batch-cap admission limit (no admission wait;
         the batch may grow to the end of the tabulated grid).
         """
+        key = (rate_per_s, slot_limit)
+        if key not in self._by_rate:
+            self._by_rate[key] = self._tpot_law(rate_per_s, slot_limit)
+        law = self._by_rate[key]
+        if law is None:
+            return 0.0
+        w = self.step_weights
+        mean, sigma, c_wait, theta = law
+        base = ndtr((x_s - mean) / sigma)  # the normal CDF
+        if not slot_limit:
+            return float(np.dot(w, base))
+        waited = base if theta is None else _emg_cdf(x_s, mean, sigma, theta)
+        return float(np.dot(w, (1 - c_wait) * base + c_wait * waited))
+
+    def _tpot_law(
+        self, rate_per_s: float, slot_limit: bool
+    ) -> tuple[Arr, Arr, float, Arr | None] | None:
+        """``(mean, σ, P(wait), mean wait per step given waiting)`` of the TPOT mixture at a
+        rate; None when the batch or the admission queue is unstable."""
         nbar = self.mean_batch(rate_per_s, self.slots if slot_limit else self.batch_grid[-1] - 1)
         if nbar is None:
-            return 0.0
+            return None
         n = self.steps
         w = self.step_weights
         t_bar = self.step_at(nbar)
@@ -118,9 +143,8 @@ class DecodeProfile:
         mean = np.full(
             n.shape, self.step_at(min(nbar + 1.0, self.slots) if slot_limit else nbar + 1)
         )
-        base = ndtr((x_s - mean) / sigma)  # the normal CDF
         if not slot_limit:
-            return float(np.dot(w, base))
+            return mean, sigma, 0.0, None
         # admission wait: M/G/c, Erlang C with the Allen–Cunneen factor
         offered = nbar
         c_wait = erlang_c(self.slots, offered)
@@ -129,13 +153,10 @@ class DecodeProfile:
         c_int = max(int(self.slots), 1)
         wq = c_wait * hold_s / (c_int - offered) * (1 + cv2) / 2 if offered < c_int else math.inf
         if not math.isfinite(wq):
-            return 0.0
-        if c_wait > 0 and wq > 0:
-            theta = wq / c_wait / n  # mean of the wait spread over the steps, given waiting
-            waited = _emg_cdf(x_s, mean, sigma, theta)
-        else:
-            waited = base
-        return float(np.dot(w, (1 - c_wait) * base + c_wait * waited))
+            return None
+        # the mean of the wait spread over the steps, given waiting
+        theta = wq / c_wait / n if c_wait > 0 and wq > 0 else None
+        return mean, sigma, c_wait, theta
 
 
 def decode_kv_capacity(model: ModelSpec, config: PhaseConfig, lengths: LengthDistribution) -> int:

@@ -23,7 +23,8 @@ load and for their token share of a full batch near saturation
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -91,6 +92,9 @@ class PrefillProfile:
     alone_s: Arr  # D(s): the prompt's iteration alone (the unloaded TTFT)
     batch_size: Arr  # k(s) = ⌈L_m/s⌉ prompts per full batch below L_m, else 1
     batch_tokens: int  # L_m
+    # the rate-dependent parts of ttft_cdf by rate (a quantile or an SLO sweep asks at
+    # the same rates again): (own iteration, None if unstable else the M/G/1 wait tail)
+    _by_rate: dict[float, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @property
     def occupancy_s(self) -> Arr:
@@ -141,12 +145,21 @@ class PrefillProfile:
             m = new
         return own, svc
 
+    def _at(self, rate_per_s: float) -> tuple[Arr, tuple[float, float, float] | None]:
+        hit = self._by_rate.get(rate_per_s)
+        if hit is None:
+            own, svc = self.at_rate(rate_per_s)
+            unstable = rate_per_s * float(np.dot(self.weights, svc)) >= 1
+            tail = None if unstable else mg1_wait_tail(rate_per_s, svc, self.weights)
+            hit = self._by_rate[rate_per_s] = (own, tail)
+        return hit
+
     def ttft_cdf(self, rate_per_s: float, x_s: float) -> float:
         """``P(TTFT ≤ x)`` at a Poisson rate (0 when unstable)."""
-        own, svc = self.at_rate(rate_per_s)
-        if rate_per_s * float(np.dot(self.weights, svc)) >= 1:
+        own, tail_law = self._at(rate_per_s)
+        if tail_law is None:
             return 0.0
-        rho, c, g = mg1_wait_tail(rate_per_s, svc, self.weights)
+        rho, c, g = tail_law
         y = x_s - own - self.transfer_s
         with np.errstate(over="ignore"):
             tail = np.minimum(rho, c * np.exp(-g * np.maximum(y, 0.0)))
@@ -156,7 +169,7 @@ class PrefillProfile:
         lo = float((self.alone_s + self.transfer_s).min())
         if self.ttft_cdf(rate_per_s, lo) >= q:
             return lo
-        if rate_per_s * float(np.dot(self.weights, self.at_rate(rate_per_s)[1])) >= 1:
+        if self._at(rate_per_s)[1] is None:  # unstable
             return math.inf
         hi = 2.0 * lo + 1.0
         while self.ttft_cdf(rate_per_s, hi) < q:

@@ -85,14 +85,14 @@ def goodput(service: ServiceRate, slo: SLO, *, rel_tol: float = 1e-3) -> Goodput
                 + (f" (best achievable {', '.join(what)})" if what else "")
             ),
         )
-    lo = max_rate(
-        lambda r: slo_attainment(latency(service, r), slo).meets_goal,
-        mu,
-        lo=lo_rate,
-        rel_tol=rel_tol,
-        scale=mu,
-    )
-    best = slo_attainment(latency(service, lo), slo) if lo > lo_rate else low
+    seen: dict[float, Attainment] = {}
+
+    def meets(r: float) -> bool:
+        seen[r] = slo_attainment(latency(service, r), slo)
+        return seen[r].meets_goal
+
+    lo = max_rate(meets, mu, lo=lo_rate, rel_tol=rel_tol, scale=mu)
+    best = seen[lo] if lo > lo_rate else low  # lo > lo_rate was a midpoint that met the goal
     return Goodput(
         feasible=True,
         rate_per_s=lo,

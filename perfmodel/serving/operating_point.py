@@ -17,7 +17,6 @@ from perfmodel.serving.prefill_chain import (
     BacklogChain,
     PromptLaw,
     backlog_chain,
-    prefill_step_s,
 )
 from perfmodel.serving.servemix import (
     RequestMoments,
@@ -93,18 +92,13 @@ def operating_point(
             decode_seqs=n_d,
             max_batched_tokens=B,
             min_levels=levels,
+            plus_decode_seqs=n_bar + 1,
         )
-        if chain is None:
+        if chain is None or chain.plus_step_s is None:
             return None
         levels = chain.levels
         G = chain.per_budget
-        tau_plus = prefill_step_s(
-            inst,
-            m,
-            prompts,
-            prompt_tokens=np.arange(G + 1) * chain.grid_tokens,
-            decode_seqs=n_bar + 1,
-        )
+        tau_plus = chain.plus_step_s
         tau_plus = np.concatenate([tau_plus, np.full(chain.states - G - 1, tau_plus[G])])
         e_inf = float(chain.stationary @ tau_plus)
 

@@ -51,7 +51,7 @@ if ``P ≤ ℓ = E[s²]/E[s]`` (length-biased mean) and as ``P/ℓ`` prompts of 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from typing import Any
 
@@ -174,6 +174,7 @@ class BacklogChain:
     prompt_pmf: Arr  # prompt sizes on the grid
     transition: Transition  # x ↦ x·T
     stationary: Arr  # π (per iteration)
+    plus_step_s: Arr | None = None  # τ at P = 0, δ, …, B' with backlog_chain's plus decodes
 
     @property
     def states(self) -> int:
@@ -211,21 +212,23 @@ def prefill_step_s(
     prompts: PromptLaw,
     *,
     prompt_tokens: ArrayLike,
-    decode_seqs: float,
+    decode_seqs: ArrayLike,
 ) -> Arr:
-    """``τ(P)``: iteration time with ``decode_seqs`` decodes and ``P`` prompt tokens."""
+    """``τ(P)``: iteration time with ``decode_seqs`` decodes (one count, or one per
+    ``P``) and ``P`` prompt tokens."""
     ell = prompts.biased_mean_tokens
     p = np.asarray(prompt_tokens, dtype=np.float64)
     per_prompt = np.minimum(p, ell)  # tokens of one prompt in the iteration
     ctx = m.decode_context_tokens / max(m.decode_steps, 1e-12)
     kv_per_token = m.prefill_kv_read_tokens / m.input_tokens
+    n_d = np.asarray(decode_seqs, dtype=np.float64)
     batch = Batch(
         prefill_tokens=p,
         prefill_seqs=np.where(p > 0, np.maximum(p / ell, 1.0), 0.0),
         prefill_pairs=p * (per_prompt + 1) / 2,
         prefill_kv_read=p * kv_per_token,
-        decode_seqs=np.full(p.shape, decode_seqs),
-        decode_context=np.full(p.shape, decode_seqs * ctx),
+        decode_seqs=np.broadcast_to(n_d, p.shape).copy(),
+        decode_context=np.broadcast_to(n_d * ctx, p.shape).copy(),
     )
     return np.asarray(inst.iteration_s(batch), dtype=np.float64)
 
@@ -286,6 +289,7 @@ def backlog_chain(
     max_batched_tokens: int,
     per_budget: int = GRID_PER_BUDGET,
     min_levels: int = 4,
+    plus_decode_seqs: float | None = None,
 ) -> BacklogChain | None:
     """The stationary chain, or ``None`` when the prompts alone overload full iterations.
 
@@ -293,26 +297,33 @@ def backlog_chain(
     are fewer than it serves: ``λ·τ(B')·E[s] < B'`` (the drift of ``U`` above ``B'``).
     The grid covers enough budgets that the top one holds < ``TAIL_MASS`` of ``π``
     (at most ``MAX_LEVELS``; beyond, the backlog is lumped at the top of the grid).
+    ``plus_decode_seqs``: also tabulate ``τ`` with that many decodes on the same grid
+    (:attr:`BacklogChain.plus_step_s`, one step-time evaluation for both).
     """
     lam = rate_per_s
     b_prime = max(max_batched_tokens - decode_seqs, 1.0)
     G = per_budget
     delta = b_prime / G
     f = grid_pmf(prompts.tokens, prompts.weights, delta)
-    tau = prefill_step_s(
+    grid = np.arange(G + 1) * delta
+    both = prefill_step_s(
         inst,
         m,
         prompts,
-        prompt_tokens=np.arange(G + 1) * delta,
-        decode_seqs=decode_seqs,
+        prompt_tokens=grid if plus_decode_seqs is None else np.concatenate([grid, grid]),
+        decode_seqs=decode_seqs
+        if plus_decode_seqs is None
+        else np.repeat([decode_seqs, plus_decode_seqs], G + 1),
     )
+    tau, plus = both[: G + 1], (None if plus_decode_seqs is None else both[G + 1 :])
     # near the compute edge the backlog spans many budgets: halve the grid (every other
     # point of the same τ) so the state space stays ≤ MAX_LEVELS·G/2 + 1
     drift = lam * tau[G] * prompts.mean_tokens / b_prime
     if G % 2 == 0 and drift < 1 and max(min_levels, 2 / (1 - drift)) > COARSE_LEVELS:
         G, delta, tau = G // 2, 2 * delta, tau[::2]
+        plus = None if plus is None else plus[::2]
         f = grid_pmf(prompts.tokens, prompts.weights, delta)
-    return solve_chain(
+    chain = solve_chain(
         tau,
         f,
         rate_per_s=lam,
@@ -320,6 +331,7 @@ def backlog_chain(
         budget_tokens=b_prime,
         min_levels=min_levels,
     )
+    return chain if chain is None or plus is None else replace(chain, plus_step_s=plus)
 
 
 def solve_chain(

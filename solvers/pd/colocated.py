@@ -10,15 +10,17 @@ GPU), so integer rounding at small λ cannot decide the verdict at scale.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
 
 from hardware.device import Device
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
-from perfmodel.serving.goodput import slo_attainment
-from perfmodel.serving.search import max_rate
-from perfmodel.serving.service import latency, service_rate
+from perfmodel.serving.goodput import Attainment, slo_attainment
+from perfmodel.serving.latency import LatencyEstimate
+from perfmodel.serving.search import MAX_ITERATIONS
+from perfmodel.serving.service import ServiceRate, latency, service_rate
 from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S
 from perfmodel.workload.presets import Workload
@@ -27,6 +29,101 @@ from solvers.pd.enumerate import parallel_plan, valid_tps
 from solvers.pd.results import Colocated
 
 COLOCATED_BUDGET_TOKENS = 2048  # chunked-prefill token budget of the baseline (Sarathi-Serve)
+
+
+@dataclass
+class ColocatedMemo:
+    """Service rates and latency estimates of one workload's configurations, by rate.
+
+    The latency at a rate does not depend on the SLO, so a sweep over SLO targets (same
+    workload, devices and dtypes) shares one memo: every bisection of
+    :func:`colocated_baseline` starts from the same bracket, so later cells find most of
+    their midpoints already estimated. Pass a fresh memo per workload.
+    """
+
+    services: dict[tuple[str, int], ServiceRate | None] = field(default_factory=dict)
+    estimates: dict[tuple[str, int], dict[float, LatencyEstimate]] = field(default_factory=dict)
+
+
+class _Meets:
+    """``ok(rate)`` of one configuration under one SLO: estimates cached by rate, and
+    answered without an estimate when an estimated rate decides it (attainment falls with
+    the rate: ok at ``r' ≥ r`` implies ok at ``r``; not ok at ``r' ≤ r`` implies not ok)."""
+
+    def __init__(self, sv: ServiceRate, slo: SLO, cache: dict[float, LatencyEstimate]) -> None:
+        self.sv, self.slo, self.cache = sv, slo, cache
+        self.rates = sorted(cache)
+        self.verdicts = [self._meets(cache[r]) for r in self.rates]
+
+    def _meets(self, est: LatencyEstimate) -> bool:
+        return slo_attainment(est, self.slo).meets_percentiles
+
+    def attainment(self, rate: float) -> Attainment:
+        return slo_attainment(self._estimate(rate), self.slo)
+
+    def _estimate(self, rate: float) -> LatencyEstimate:
+        est = self.cache.get(rate)
+        if est is None:
+            est = self.cache[rate] = latency(self.sv, rate)
+            i = bisect.bisect_left(self.rates, rate)
+            self.rates.insert(i, rate)
+            self.verdicts.insert(i, self._meets(est))
+        return est
+
+    def __call__(self, rate: float) -> bool:
+        i = bisect.bisect_left(self.rates, rate)
+        if i < len(self.rates) and self.rates[i] == rate:
+            return self.verdicts[i]
+        if any(self.verdicts[i:]):  # ok at a higher rate
+            return True
+        if not all(self.verdicts[:i]):  # not ok at a lower rate
+            return False
+        return self._meets(self._estimate(rate))
+
+
+class _Race:
+    """One configuration's bisection of :func:`perfmodel.serving.search.max_rate` from
+    ``[μ·10⁻³, μ]``, taken one step at a time; ``lo`` is proven once a midpoint met the
+    SLO or ``ok(lo)`` was checked (done only when it is needed)."""
+
+    def __init__(self, sv: ServiceRate, ok: _Meets, rel_tol: float) -> None:
+        self.sv, self.ok, self.rel_tol = sv, ok, rel_tol
+        self.lo, self.hi = sv.rate_per_s * 1e-3, sv.rate_per_s
+        self.steps, self.moved = 0, False
+        self.checked: bool | None = None
+
+    @property
+    def done(self) -> bool:
+        return (
+            self.checked is False
+            or self.steps >= MAX_ITERATIONS
+            or self.hi - self.lo <= self.rel_tol * self.hi
+        )
+
+    @property
+    def bound(self) -> float:
+        return self.hi / self.sv.devices
+
+    @property
+    def proven_per_gpu(self) -> float:
+        return self.lo / self.sv.devices if self.moved or self.checked else 0.0
+
+    def feasible(self) -> bool:
+        if self.checked is None:
+            self.checked = self.moved or self.ok(self.lo)
+        return bool(self.checked)
+
+    def step(self) -> None:
+        if self.done:
+            return
+        if self.steps and not self.moved and not self.feasible():
+            return  # misses the SLO unloaded: no bisection
+        self.steps += 1
+        mid = 0.5 * (self.lo + self.hi)
+        if self.ok(mid):
+            self.lo, self.moved = mid, True
+        else:
+            self.hi = mid
 
 
 def colocated_baseline(
@@ -40,51 +137,61 @@ def colocated_baseline(
     max_batched_tokens: int = COLOCATED_BUDGET_TOKENS,
     rel_tol: float = 0.02,
     tps: Sequence[int] | None = None,
+    memo: ColocatedMemo | None = None,
 ) -> Colocated:
     """Best per-GPU goodput of chunked-prefill instances under the percentile criterion.
 
-    Configurations are visited in decreasing order of the upper bound ``μ/tp`` (goodput
-    never exceeds the service rate ``μ``), stopping when the bound falls below the best
-    goodput found (branch and bound: exact, and few goodput searches). ``tps``: the
-    tensor-parallel degrees to try (default every valid one).
+    Each configuration's goodput is the bisection of ``max_rate`` from ``[μ·10⁻³, μ]``;
+    the bisections advance best first — always the configuration whose bracket top
+    ``hi/tp`` is highest — and one is dropped once ``hi/tp`` is at most a per-GPU rate
+    another has proven (branch and bound: the answer of running every bisection to the
+    end, with few latency estimates). ``tps``: the
+    tensor-parallel degrees to try (default every valid one). ``memo``: shared across
+    calls on the same workload, devices and dtypes (an SLO sweep); same answers.
     """
+    memo = memo or ColocatedMemo()
     cands = []
     for dev in devices:
         for tp in tps or valid_tps(model):
-            try:
-                sv = service_rate(
-                    Instance(model, dev, parallel_plan(tp, dtype, kv_dtype)),
-                    workload,
-                    max_batched_tokens=max_batched_tokens,
-                )
-            except (InfeasibleError, SpecError):
-                continue
-            if sv.largest_request_fits:
-                cands.append(sv)
-    cands.sort(key=lambda sv: -sv.rate_per_s / sv.devices)
+            key = (dev.id, tp)
+            if key not in memo.services:
+                try:
+                    memo.services[key] = service_rate(
+                        Instance(model, dev, parallel_plan(tp, dtype, kv_dtype)),
+                        workload,
+                        max_batched_tokens=max_batched_tokens,
+                    )
+                except (InfeasibleError, SpecError):
+                    memo.services[key] = None
+            sv = memo.services[key]
+            if sv is not None and sv.largest_request_fits:
+                cands.append((sv, key))
+    cands.sort(key=lambda c: -c[0].rate_per_s / c[0].devices)
+    races = [
+        _Race(sv, _Meets(sv, slo, memo.estimates.setdefault(key, {})), rel_tol) for sv, key in cands
+    ]
+    # best first: bisect the configuration with the highest upper bound hi/tp on its
+    # per-GPU goodput; drop those whose bound is at most a proven rate of another
+    while True:
+        floor = max((r.proven_per_gpu for r in races), default=0.0)
+        live = [r for r in races if not r.done and r.bound > floor]
+        if not live:
+            break
+        max(live, key=lambda r: r.bound).step()
     best: Colocated | None = None
     floors = []
-    for sv in cands:
-        if best is not None and sv.rate_per_s / sv.devices <= best.per_gpu_rate_per_s:
-            break
-
-        def ok(r: float, sv: Any = sv) -> bool:
-            return slo_attainment(latency(sv, r), slo).meets_percentiles
-
-        # attainment falls with the rate: a configuration that misses the SLO at the best
-        # per-GPU rate found so far cannot beat it (one evaluation instead of a bisection)
-        if best is not None and not ok(best.per_gpu_rate_per_s * sv.devices):
+    for r in races:
+        sv, lo = r.sv, r.lo
+        if not r.done or r.bound <= (best.per_gpu_rate_per_s if best else 0.0):
             continue
-        lo_rate = sv.rate_per_s * 1e-3
-        if not ok(lo_rate):
-            a = slo_attainment(latency(sv, lo_rate), slo)
+        if not r.feasible():
+            a = r.ok.attainment(r.lo)
             floors.append(
                 f"TP{sv.devices}: p{slo.percentile * 100:g} "
                 f"TTFT {a.ttft_quantile_s * MS_PER_S:.0f} ms, "
                 f"TPOT {a.tpot_quantile_s * MS_PER_S:.1f} ms unloaded"
             )
             continue
-        lo = max_rate(ok, sv.rate_per_s, lo=lo_rate, rel_tol=rel_tol)
         per = lo / sv.devices
         if best is None or per > best.per_gpu_rate_per_s:
             best = Colocated(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from hardware.device import Device
 from hardware.maxaffine import MaxAffine
@@ -90,15 +91,18 @@ def evaluate_options(
     kv_capacity_tokens: Mapping[tuple[str, int], int] | None = None,
     ep: int = 1,
     dp: int = 1,
+    memo: dict[tuple[Any, ...], Any] | None = None,
 ) -> PhaseOptions:
     """Per-instance goodputs of every configuration that fits (see the module docstring).
 
     ``profiles``: calibrated phase cost profiles by ``(phase, device id, TP)`` (see
     :func:`phase_tps`); configurations without one are costed by the roofline.
     ``kv_capacity_tokens``: measured decode KV capacities by ``(device id, TP)``
-    (default: ``memory_fit``).
+    (default: ``memory_fit``). ``memo``: the SLO-free phase profiles, shared by calls
+    that differ only in ``slo`` (an SLO sweep); same answers.
     Raises InfeasibleError when the model fits no configuration of a phase.
     """
+    memo = {} if memo is None else memo
     max_in = int(lengths.input_tokens.max())
     tp_candidates = [t for t in tp_candidates if (t * dp) % ep == 0]
     if not tp_candidates:
@@ -132,13 +136,18 @@ def evaluate_options(
                 cfg = PhaseConfig(
                     "decode", dev, parallel_plan(tp, dtype, kv_dtype, ep=ep, dp=dp), cap, cost, kv
                 )
-                try:
-                    link = kv_link(
-                        probe_p, cfg, "scale-out" if placement == "scale-out" else "auto"
-                    )
-                    dprof = decode_profile(model, cfg, lengths, link=link)
-                except InfeasibleError as e:
-                    reasons.append(str(e))
+                key = ("decode", dev.id, tp, cap)
+                if key not in memo:
+                    try:
+                        link = kv_link(
+                            probe_p, cfg, "scale-out" if placement == "scale-out" else "auto"
+                        )
+                        memo[key] = decode_profile(model, cfg, lengths, link=link)
+                    except InfeasibleError as e:
+                        memo[key] = e
+                dprof = memo[key]
+                if isinstance(dprof, InfeasibleError):
+                    reasons.append(str(dprof))
                     continue
                 dec.setdefault((dev.id, tp), []).append(decode_goodput(dprof, slo))
                 profs.setdefault((dev.id, tp), []).append(dprof)
@@ -150,10 +159,17 @@ def evaluate_options(
     for cls, goods in dec.items():
         dcfg = goods[0].config
         for pc in pre_cfgs:
-            try:
-                pprof = prefill_profile(model, pc, lengths, decode=dcfg, placement=placement)
-            except SpecError:
-                continue  # this pair cannot use the requested placement
+            pkey = ("prefill", pc.device.id, pc.plan.tp, cls)
+            if pkey not in memo:
+                try:
+                    memo[pkey] = prefill_profile(
+                        model, pc, lengths, decode=dcfg, placement=placement
+                    )
+                except SpecError:
+                    memo[pkey] = None  # this pair cannot use the requested placement
+            pprof = memo[pkey]
+            if pprof is None:
+                continue
             pre.setdefault(cls, []).append(prefill_goodput(pprof, slo, model=model))
             links.setdefault(cls, pprof.link.name)
     return PhaseOptions(pre, dec, links, profs)

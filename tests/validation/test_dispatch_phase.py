@@ -84,6 +84,9 @@ def test_deepseek_across_nodes_is_comm_dominated(deepseek) -> None:
     assert lo.comm_s == pytest.approx(339.6e-6, rel=1e-3)
     assert lo.layer_gain == pytest.approx(0.046, abs=0.005)
     assert hi.comm_share == pytest.approx(0.799, abs=0.02)
+    # the JSON cell's margin: the signed distance to that boundary (0.501 − 0.5, 0.799 − 0.5)
+    assert lo.to_dict()["margin"] == pytest.approx(0.001, abs=0.005)
+    assert hi.to_dict()["margin"] == pytest.approx(0.299, abs=0.02) and hi.margin > 0
     # At 512 tokens/GPU the heuristic's tile-balance start reaches the MILP optimum
     # (546.3 us vs 560.5 us for the exact token balance): a 2.5% block gain shrinks to
     # 0.4% of the layer.
