@@ -36,6 +36,7 @@ from perfmodel.units import MS_PER_S
 from perfmodel.workload.lengths import fixed_lengths
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
+from solvers.pd.enumerate import EngineSpec
 from solvers.pd.plan import colocated_baseline, evaluate_options, fluid_optimum
 
 DEFAULT_INPUTS = (128, 512, 2048, 8192)
@@ -140,6 +141,7 @@ def _cell(
     y: float,
     dtype: str,
     kv_dtype: str,
+    engine: EngineSpec = None,
 ) -> PDCell:
     note = ""
     try:
@@ -151,13 +153,16 @@ def _cell(
             decode_devices=decode_devices,
             dtype=dtype,
             kv_dtype=kv_dtype,
+            engine=engine,
         )
         f = fluid_optimum(opts)
         dis, gr, ir = f.per_gpu_rate_per_s, f.gpu_ratio, f.instance_ratio
         pl, dl = f.prefill.config.label, f.decode.config.label
     except InfeasibleError as e:
         dis, gr, ir, pl, dl, note = 0.0, None, None, "", "", str(e)
-    colo = colocated_baseline(model, workload, slo, devices=devices, dtype=dtype, kv_dtype=kv_dtype)
+    colo = colocated_baseline(
+        model, workload, slo, devices=devices, dtype=dtype, kv_dtype=kv_dtype, engine=engine
+    )
     c = colo.per_gpu_rate_per_s if colo.feasible else 0.0
     if dis > 0 and c > 0:
         regime = "disaggregated" if dis > c else "colocated"
@@ -182,6 +187,7 @@ def length_sweep(
     dtype: str = "bf16",
     kv_dtype: str = "bf16",
     progress: Callable[[int], None] | None = None,
+    engine: EngineSpec = None,
 ) -> PDPhaseDiagram:
     """Optimal ratio and gain over input × output length (fixed lengths per cell)."""
     if not inputs or not outputs or min(inputs) < 1 or min(outputs) < 2:
@@ -191,7 +197,9 @@ def length_sweep(
         for o in outputs:
             w = Workload(f"fixed-{s}-{o}", fixed_lengths(int(s), int(o)))
             cells.append(
-                _cell(model, devices, decode_devices or devices, w, slo, s, o, dtype, kv_dtype)
+                _cell(
+                    model, devices, decode_devices or devices, w, slo, s, o, dtype, kv_dtype, engine
+                )
             )
             if progress:
                 progress(1)
@@ -221,6 +229,7 @@ def slo_sweep(
     dtype: str = "bf16",
     kv_dtype: str = "bf16",
     progress: Callable[[int], None] | None = None,
+    engine: EngineSpec = None,
 ) -> PDPhaseDiagram:
     """Optimal ratio and gain over TTFT × TPOT targets for one workload."""
     if not ttft_s or not tpot_s:
@@ -231,7 +240,16 @@ def slo_sweep(
             slo = SLO(float(a), float(b), percentile=percentile)
             cells.append(
                 _cell(
-                    model, devices, decode_devices or devices, workload, slo, a, b, dtype, kv_dtype
+                    model,
+                    devices,
+                    decode_devices or devices,
+                    workload,
+                    slo,
+                    a,
+                    b,
+                    dtype,
+                    kv_dtype,
+                    engine,
                 )
             )
             if progress:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from hardware.device import Device
+from hardware.engine import engine_for
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.serving.goodput import slo_attainment
@@ -23,7 +24,7 @@ from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
-from solvers.pd.enumerate import parallel_plan, valid_tps
+from solvers.pd.enumerate import EngineSpec, parallel_plan, valid_tps
 from solvers.pd.results import Colocated
 
 COLOCATED_BUDGET_TOKENS = 2048  # chunked-prefill token budget of the baseline (Sarathi-Serve)
@@ -40,20 +41,23 @@ def colocated_baseline(
     max_batched_tokens: int = COLOCATED_BUDGET_TOKENS,
     rel_tol: float = 0.02,
     tps: Sequence[int] | None = None,
+    engine: EngineSpec = None,
 ) -> Colocated:
     """Best per-GPU goodput of chunked-prefill instances under the percentile criterion.
 
     Configurations are visited in decreasing order of the upper bound ``μ/tp`` (goodput
     never exceeds the service rate ``μ``), stopping when the bound falls below the best
     goodput found (branch and bound: exact, and few goodput searches). ``tps``: the
-    tensor-parallel degrees to try (default every valid one).
+    tensor-parallel degrees to try (default every valid one). ``engine``: as in
+    :func:`solvers.pd.enumerate.evaluate_options`.
     """
     cands = []
     for dev in devices:
         for tp in tps or valid_tps(model):
+            plan = parallel_plan(tp, dtype, kv_dtype)
             try:
                 sv = service_rate(
-                    Instance(model, dev, parallel_plan(tp, dtype, kv_dtype)),
+                    Instance(model, dev, plan, engine=engine_for(engine, dev)),
                     workload,
                     max_batched_tokens=max_batched_tokens,
                 )
