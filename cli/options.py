@@ -9,7 +9,7 @@ Builders turn parsed options into the library's objects (lazily imported, so tha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -155,14 +155,16 @@ def describe_engine(eng: Engine | None, device: Device, act_dtype: str, engine: 
 
 
 def engines_for(
-    devices: Sequence[Device], act_dtype: str, engine: str = DEFAULT_ENGINE
+    devices: Sequence[Device], act_dtype: str | Mapping[str, str], engine: str = DEFAULT_ENGINE
 ) -> tuple[dict[str, Any], list[str]]:
     """The ``engine``/``engine_accuracy`` JSON keys and the ``engine:`` text lines of an
     answer over several device types (``--engine auto`` may pick a different engine on
-    each): one engine id, or ``{device: engine id}`` when they differ."""
+    each): one engine id and note, or ``{device: ...}`` over several devices.
+    ``act_dtype``: the math dtype, or one per device id."""
     devs = list({d.id: d for d in devices}.values())
     engs = [resolve_engine(engine, d) for d in devs]
-    notes = [describe_engine(e, d, act_dtype, engine) for e, d in zip(engs, devs, strict=True)]
+    dts = {d.id: act_dtype if isinstance(act_dtype, str) else act_dtype[d.id] for d in devs}
+    notes = [describe_engine(e, d, dts[d.id], engine) for e, d in zip(engs, devs, strict=True)]
     ids = {d.id: (e.id if e else None) for e, d in zip(engs, devs, strict=True)}
     if len(devs) == 1:
         return {"engine": ids[devs[0].id], "engine_accuracy": notes[0]}, [f"engine: {notes[0]}"]
