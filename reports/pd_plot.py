@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hardware.device import Device
+from hardware.engine import engine_for
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.units import MS_PER_S
@@ -176,6 +177,12 @@ def _cell(
     return PDCell(x, y, regime, dis, c, gain, gr, ir, pl, dl, note)
 
 
+def _engine_name(engine: EngineSpec, devices: Sequence[Device]) -> str:
+    """The engine id(s) the diagram was costed with (``none``: the engine-less roofline)."""
+    ids = dict.fromkeys((e.id if e else "none") for e in (engine_for(engine, d) for d in devices))
+    return "/".join(ids)
+
+
 def length_sweep(
     model: ModelSpec,
     devices: Sequence[Device],
@@ -212,7 +219,7 @@ def length_sweep(
         tuple(float(s) for s in inputs),
         tuple(float(o) for o in outputs),
         f"TTFT {slo.ttft_s * MS_PER_S:g} ms / TPOT {slo.tpot_s * MS_PER_S:g} ms "
-        f"at p{slo.percentile * 100:g}",
+        f"at p{slo.percentile * 100:g}, engine {_engine_name(engine, devices)}",
         tuple(cells),
     )
 
@@ -262,7 +269,7 @@ def slo_sweep(
         "TPOT target (ms)",
         tuple(float(a) for a in ttft_s),
         tuple(float(b) for b in tpot_s),
-        f"workload {workload.name}, p{percentile * 100:g}",
+        f"workload {workload.name}, p{percentile * 100:g}, engine {_engine_name(engine, devices)}",
         tuple(cells),
     )
 

@@ -153,6 +153,7 @@ class StabilityPhase:
     max_batched_tokens: int
     chunk_size: int
     panels: tuple[PhasePanel, ...]
+    engine: str = "none"  # the serving engine's id ("none": the engine-less roofline)
 
     def panel(self, kind: str) -> PhasePanel:
         for p in self.panels:
@@ -355,6 +356,7 @@ def stability_phase(
             panel("output", "mean output tokens", out_specs),
             panel("kv", "KV capacity (tokens)", kv_specs),
         ),
+        engine=engine.id if engine else "none",
     )
 
 
