@@ -37,6 +37,7 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -243,6 +244,15 @@ def engine_for(spec: str | Path | Engine | None, device: Device) -> Engine | Non
     if name.lower() == NO_ENGINE:
         return None
     return _catalog_engine(name) if not _is_path(name) else load_engine(name)
+
+
+def engine_label(spec: str | Path | Engine | None, devices: Sequence[Device]) -> str:
+    """``spec`` as resolved on each device: ``"auto: trtllm on h100-sxm, vllm on mi300x"``."""
+    names = {d.id: (e.id if (e := engine_for(spec, d)) else NO_ENGINE) for d in devices}
+    if set(names.values()) == {NO_ENGINE}:
+        return "none (the engine-less roofline)"
+    per = ", ".join(f"{e} on {d}" for d, e in names.items())
+    return f"{spec}: {per}" if str(spec).strip().lower() == AUTO_ENGINE else per
 
 
 def _is_path(spec: str) -> bool:
