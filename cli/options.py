@@ -137,7 +137,10 @@ def engine_note(inst: Instance, engine: str = DEFAULT_ENGINE) -> str:
     return describe_engine(inst.engine, inst.device, inst.plan.act_dtype, engine)
 
 
-def describe_engine(eng: Engine | None, device: Device, act_dtype: str, engine: str) -> str:
+def describe_engine(
+    eng: Engine | None, device: Device, act_dtype: str, engine: str, *, where: str | None = None
+) -> str:
+    """The engine note of one device; ``where`` names it in the default's clause."""
     from hardware.engine import AUTO_ENGINE
 
     auto = engine.strip().lower() == AUTO_ENGINE
@@ -150,7 +153,8 @@ def describe_engine(eng: Engine | None, device: Device, act_dtype: str, engine: 
         )
     note = eng.accuracy_note(device.id, act_dtype)
     if auto:
-        note += f"; the default on {device.id} (--engine none: the engine-less roofline)"
+        on = where or f"on {device.id}"
+        note += f"; the default {on} (--engine none: the engine-less roofline)"
     return note
 
 
@@ -168,7 +172,11 @@ def engines_for(
     ids = {d.id: (e.id if e else None) for e, d in zip(engs, devs, strict=True)}
     if len(devs) == 1:
         return {"engine": ids[devs[0].id], "engine_accuracy": notes[0]}, [f"engine: {notes[0]}"]
-    lines = [f"engine on {d.id}: {n}" for d, n in zip(devs, notes, strict=True)]
+    # one text line per distinct note (devices of one family and engine share it)
+    short: dict[str, list[str]] = {}
+    for e, d in zip(engs, devs, strict=True):
+        short.setdefault(describe_engine(e, d, dts[d.id], engine, where="there"), []).append(d.id)
+    lines = [f"engine on {', '.join(ds)}: {n}" for n, ds in short.items()]
     return {"engine": ids, "engine_accuracy": dict(zip(ids, notes, strict=True))}, lines
 
 
