@@ -98,6 +98,7 @@ def _spec(
     dtype: str | None = None,
     act_dtype: str | None = None,
     kv_dtype: str | None = None,
+    engine: str = po.DEFAULT_ENGINE,
 ) -> Any:
     from cli.plan_options import build_plan
     from hardware.device import load_device
@@ -153,6 +154,7 @@ def _spec(
         kv_levels=kv_levels,
         expert_levels=expert_levels,
         adapter_levels=adapter_levels,
+        engine=po.resolve_engine(engine, d),
     )
 
 
@@ -248,6 +250,7 @@ def plan_cmd(
     dtype: po.DtypeOpt = None,
     act_dtype: po.ActDtypeOpt = None,
     kv_dtype: po.KvDtypeOpt = None,
+    engine: po.EngineOpt = po.DEFAULT_ENGINE,
     json_out: bool = JsonOpt,
 ) -> None:
     """Choose the KV / expert-cache / adapter split that serves the rate best."""
@@ -286,9 +289,11 @@ def plan_cmd(
         dtype=dtype,
         act_dtype=act_dtype,
         kv_dtype=kv_dtype,
+        engine=engine,
     )
     plan = _plan(spec)
     d = plan_dict(plan)
+    d.update(po.engine_json(spec.instance, engine))
     if out is not None:
         d.update(_write_figure(out, spec, plan, force=force))
     if json_out:
@@ -296,6 +301,7 @@ def plan_cmd(
         return
     if out is not None:
         typer.echo(f"wrote {out}")
+    typer.echo(f"engine: {d['engine_accuracy']}")
     head = f"{spec.model.id} on {spec.plan.tp}x {spec.device.id}, {spec.workload.name} at "
     typer.echo(head + f"{spec.rate_per_s:g} req/s")
     if not plan.feasible:

@@ -9,6 +9,7 @@ import typer
 from cli import options as po
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table
 from cli.options import (
+    DEFAULT_ENGINE,
     DEFAULT_GOAL,
     DEFAULT_HARDWARE,
     DEFAULT_MAX_BATCHED_TOKENS,
@@ -93,7 +94,7 @@ def capacity_cmd(
     ep: po.EpOpt = 1,
     dp: po.DpOpt = 1,
     trace_model: po.TraceModelOpt = None,
-    engine: EngineOpt = None,
+    engine: EngineOpt = DEFAULT_ENGINE,
     json_out: bool = JsonOpt,
 ) -> None:
     """Service rate μ and its binding bound, stability, latency, goodput, instances needed."""
@@ -122,7 +123,7 @@ def capacity_cmd(
         max_batched_tokens=max_batched_tokens,
         chunk_size=chunk_size,
     )
-    note = engine_note(rep.instance)
+    note = engine_note(rep.instance, engine)
     if json_out:
         echo_json({**rep.to_dict(), "engine_accuracy": note})
         return
@@ -223,7 +224,7 @@ def simulate_cmd(
     ep: po.EpOpt = 1,
     dp: po.DpOpt = 1,
     trace_model: po.TraceModelOpt = None,
-    engine: EngineOpt = None,
+    engine: EngineOpt = DEFAULT_ENGINE,
     json_out: bool = JsonOpt,
 ) -> None:
     """Discrete-event simulation: TTFT/TPOT/E2E distributions, throughput, queue growth."""
@@ -313,10 +314,11 @@ def simulate_cmd(
         },
     }
     out["engine"] = inst.engine.id if inst.engine else None
+    out["engine_accuracy"] = engine_note(inst, engine)
     if json_out:
         echo_json(out)
         return
-    typer.echo(f"engine: {engine_note(inst)}")
+    typer.echo(f"engine: {out['engine_accuracy']}")
     _render_simulation(out)
 
 

@@ -65,9 +65,7 @@ def _offline(inst: Instance, label: str, input_len: int, output_len: int, json_o
     )
 
 
-def _render_fit(
-    f: Any, m: Any, d: Any, *, tp: int, pp: int, batch: int, context_len: int
-) -> None:
+def _render_fit(f: Any, m: Any, d: Any, *, tp: int, pp: int, batch: int, context_len: int) -> None:
     """Feasibility first: fits (and how much KV), or DOES NOT FIT with what would."""
     from perfmodel.memory import describe_shortfall
 
@@ -106,13 +104,7 @@ def estimate_cmd(
     attn_dtype: po.AttnDtypeOpt = None,
     ep: po.EpOpt = 1,
     dp: po.DpOpt = 1,
-    engine: Annotated[
-        str | None,
-        typer.Option(
-            help="Serving engine (trtllm, vllm, sglang, @version, or a TOML path); "
-            "default: none (the engine-less roofline)."
-        ),
-    ] = None,
+    engine: po.EngineOpt = po.DEFAULT_ENGINE,
     offline: Annotated[
         bool,
         typer.Option(
@@ -144,16 +136,8 @@ def estimate_cmd(
         m, d, tp=tp, pp=pp, ep=ep, dp=dp, dtype=dtype, act_dtype=act_dtype,
         kv_dtype=kv_dtype, expert_dtype=expert_dtype, attn_dtype=attn_dtype,
     )  # fmt: skip
-    eng = None
-    if engine is not None:
-        from hardware.engine import load_engine
-
-        eng = load_engine(engine)
-    label = (
-        eng.accuracy_note(d.id, plan.act_dtype)
-        if eng
-        else "none (engine-less roofline: 25-110 % optimistic against published engines)"
-    )
+    eng = po.resolve_engine(engine, d)
+    label = po.describe_engine(eng, d, plan.act_dtype, engine)
     inst = Instance(m, d, plan, engine=eng)
     if offline:
         _offline(inst, label, input_len, output_len, json_out)

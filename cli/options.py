@@ -9,12 +9,15 @@ Builders turn parsed options into the library's objects (lazily imported, so tha
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 if TYPE_CHECKING:
+    from hardware.device import Device
+    from hardware.engine import Engine
     from perfmodel.step.instance import Instance
     from perfmodel.workload.presets import Workload
     from perfmodel.workload.slo import SLO
@@ -104,27 +107,92 @@ PER_COMMAND_DEFAULTS = {
 }
 
 
+DEFAULT_ENGINE = "auto"
 EngineOpt = Annotated[
-    str | None,
+    str,
     typer.Option(
-        help="Serving engine (trtllm, vllm, sglang, NAME@version, or a TOML path); "
-        "default: none (the engine-less roofline, 25-110 % optimistic against real engines)."
+        help="Serving engine: auto (the device's calibrated engine: trtllm on NVIDIA, vllm on "
+        "AMD and Ascend; hardware/engines/families.toml), none (the engine-less roofline), "
+        "trtllm, vllm, sglang, NAME@version, or a TOML path."
     ),
 ]
-NO_ENGINE_NOTE = "none (engine-less roofline: 25-110 % optimistic against published engines)"
+#: What the engine-less roofline's answers are worth: the median error of the engine-less
+#: column of the README's "How accurate is it" table (benchmarks/validate_published.py).
+NO_ENGINE_NOTE = (
+    "the engine-less roofline, 12-113 % optimistic against published engines (median by table)"
+)
 
 
-def engine_note(inst: Instance) -> str:
-    """The engine an answer was modelled with, and the error to expect from validation."""
-    eng = inst.engine
-    return eng.accuracy_note(inst.device.id, inst.plan.act_dtype) if eng else NO_ENGINE_NOTE
+def resolve_engine(engine: str, device: Device) -> Engine | None:
+    """The engine ``--engine`` names on ``device`` (``auto``: the device's default)."""
+    from hardware.engine import engine_for
+
+    return engine_for(engine, device)
+
+
+def engine_note(inst: Instance, engine: str = DEFAULT_ENGINE) -> str:
+    """The engine an answer was modelled with, and the error to expect from validation.
+
+    ``engine``: the ``--engine`` value, to say when the engine is the device's default."""
+    return describe_engine(inst.engine, inst.device, inst.plan.act_dtype, engine)
+
+
+def describe_engine(
+    eng: Engine | None, device: Device, act_dtype: str, engine: str, *, where: str | None = None
+) -> str:
+    """The engine note of one device; ``where`` names it in the default's clause."""
+    from hardware.engine import AUTO_ENGINE
+
+    auto = engine.strip().lower() == AUTO_ENGINE
+    if eng is None:
+        who = device.vendor or device.id
+        return (
+            f"none: no engine model for {who} devices; {NO_ENGINE_NOTE}"
+            if auto
+            else (f"none; {NO_ENGINE_NOTE}")
+        )
+    note = eng.accuracy_note(device.id, act_dtype)
+    if auto:
+        on = where or f"on {device.id}"
+        note += f"; the default {on} (--engine none: the engine-less roofline)"
+    return note
+
+
+def engines_for(
+    devices: Sequence[Device], act_dtype: str | Mapping[str, str], engine: str = DEFAULT_ENGINE
+) -> tuple[dict[str, Any], list[str]]:
+    """The ``engine``/``engine_accuracy`` JSON keys and the ``engine:`` text lines of an
+    answer over several device types (``--engine auto`` may pick a different engine on
+    each): one engine id and note, or ``{device: ...}`` over several devices.
+    ``act_dtype``: the math dtype, or one per device id."""
+    devs = list({d.id: d for d in devices}.values())
+    engs = [resolve_engine(engine, d) for d in devs]
+    dts = {d.id: act_dtype if isinstance(act_dtype, str) else act_dtype[d.id] for d in devs}
+    notes = [describe_engine(e, d, dts[d.id], engine) for e, d in zip(engs, devs, strict=True)]
+    ids = {d.id: (e.id if e else None) for e, d in zip(engs, devs, strict=True)}
+    if len(devs) == 1:
+        return {"engine": ids[devs[0].id], "engine_accuracy": notes[0]}, [f"engine: {notes[0]}"]
+    # one text line per distinct note (devices of one family and engine share it)
+    short: dict[str, list[str]] = {}
+    for e, d in zip(engs, devs, strict=True):
+        short.setdefault(describe_engine(e, d, dts[d.id], engine, where="there"), []).append(d.id)
+    lines = [f"engine on {', '.join(ds)}: {n}" for n, ds in short.items()]
+    return {"engine": ids, "engine_accuracy": dict(zip(ids, notes, strict=True))}, lines
+
+
+def engine_json(inst: Instance, engine: str = DEFAULT_ENGINE) -> dict[str, str | None]:
+    """The ``engine`` and ``engine_accuracy`` keys every JSON answer carries."""
+    return {
+        "engine": inst.engine.id if inst.engine else None,
+        "engine_accuracy": engine_note(inst, engine),
+    }
 
 
 def build_instance(
     model: str, hardware: str, tp: int = 1, pp: int = 1, *, dtype: str | None = None,
     act_dtype: str | None = None, kv_dtype: str | None = None,
     expert_dtype: str | None = None, attn_dtype: str | None = None, ep: int = 1, dp: int = 1,
-    engine: str | None = None,
+    engine: str = DEFAULT_ENGINE,
 ) -> Instance:  # fmt: skip
     """The instance the options describe (model and device by id or file); the formats
     follow ``perfmodel.plan.resolve_precision``, whose notes go to stderr."""
@@ -147,12 +215,7 @@ def build_instance(
     )  # fmt: skip
     for note in (*prec.notes, *m.warnings):
         typer.echo(f"note: {note}", err=True)
-    eng = None
-    if engine is not None:
-        from hardware.engine import load_engine
-
-        eng = load_engine(engine)
-    return Instance(m, d, plan, engine=eng)
+    return Instance(m, d, plan, engine=resolve_engine(engine, d))
 
 
 def build_workload(

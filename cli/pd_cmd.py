@@ -200,6 +200,7 @@ def plan_cmd(
     decode_kv_capacity_tokens: KvCapOpt = None,
     ep: po.EpOpt = 1,
     dp: po.DpOpt = 1,
+    engine: po.EngineOpt = po.DEFAULT_ENGINE,
     json_out: bool = JsonOpt,
 ) -> None:
     """Least-cost prefill/decode plan for a rate under TTFT and TPOT SLOs."""
@@ -245,10 +246,13 @@ def plan_cmd(
         kv_capacity_tokens=_kv_capacities(decode_kv_capacity_tokens, ddev.id),
         ep=ep,
         dp=dp,
+        engine=engine,
     )
+    eng_json, eng_lines = po.engines_for([pdev, ddev], dtype, engine)
     if json_out:
-        echo_json(p.to_dict())
+        echo_json({**p.to_dict(), **eng_json})
         return
+    typer.echo("\n".join(eng_lines))
     typer.echo(_plan_text(p))
     if profiles and p.colocated is not None:
         typer.echo(
@@ -290,6 +294,7 @@ def phase_cmd(
     ] = "0.25,0.5,1,2,4",
     dtype: DtypeOpt = "bf16",
     force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
+    engine: po.EngineOpt = po.DEFAULT_ENGINE,
     json_out: bool = JsonOpt,
 ) -> None:
     """Phase diagrams of the P:D ratio and disaggregation gain (lengths and SLO sweeps)."""
@@ -319,6 +324,7 @@ def phase_cmd(
             dtype=dtype,
             kv_dtype=dtype,
             progress=tick,
+            engine=engine,
         )
         slos = slo_sweep(
             m,
@@ -331,11 +337,14 @@ def phase_cmd(
             dtype=dtype,
             kv_dtype=dtype,
             progress=tick,
+            engine=engine,
         )
     write_atomic(out, phase_figure_html([lens, slos]), force=force)
+    eng_json, eng_lines = po.engines_for([pdev, *(ddev or [])], dtype, engine)
     if json_out:
-        echo_json({"out": str(out), "lengths": lens.to_dict(), "slo": slos.to_dict()})
+        echo_json({"out": str(out), "lengths": lens.to_dict(), "slo": slos.to_dict(), **eng_json})
         return
+    typer.echo("\n".join(eng_lines))
     for d in (lens, slos):
         typer.echo(
             f"\n{d.model} on {d.device}: {d.y_label} (rows) x {d.x_label} (cols), {d.context}"

@@ -88,6 +88,7 @@ def stability_cmd(
     dtype: po.DtypeOpt = None,
     act_dtype: po.ActDtypeOpt = None,
     kv_dtype: po.KvDtypeOpt = None,
+    engine: po.EngineOpt = po.DEFAULT_ENGINE,
     json_out: bool = JsonOpt,
 ) -> None:
     """Arrival rate × mean output length and × KV capacity: regimes, boundary, simulation."""
@@ -114,7 +115,9 @@ def stability_cmd(
     outs = _numbers(output_tokens, "--output-tokens")
     kvs = _numbers(kv_grid_tokens, "--kv-grid-tokens")
     slo = build_slo(ttft_slo_ms, tpot_slo_ms, slo_percentile, goal)
-    inst = build_instance(model, hardware, tp, dtype=dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)
+    inst = build_instance(
+        model, hardware, tp, dtype=dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, engine=engine
+    )
     m, d, plan = inst.model, inst.device, inst.plan
     w = build_workload(workload, trace, arrival_cv)
     steps = sweep_steps(
@@ -141,11 +144,13 @@ def stability_cmd(
             sim_requests=sim_requests,
             seed=seed,
             progress=tick,
+            engine=inst.engine,
         )
     write_atomic(out, stability_html(phase), force=force)
     if json_out:
-        echo_json(phase.to_dict())
+        echo_json({**phase.to_dict(), **po.engine_json(inst, engine)})
         return
+    typer.echo(f"engine: {po.engine_note(inst, engine)}")
     typer.echo(f"{m.id} on {plan.tp}x {d.id}, workload {w.name}; wrote {out}")
     for p in phase.panels:
         rows = [

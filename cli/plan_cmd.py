@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 import typer
 
+from cli import options as po
 from cli.common import JsonOpt, echo_json, fail, handle_errors, table, write_atomic
 from cli.options import (
     DEFAULT_GOAL,
@@ -113,9 +114,7 @@ def plan_cmd(
         typer.Option(help="Prices: TOML or CSV of device -> $/h [, max_devices, min_devices]."),
     ] = None,
     max_devices: CapOpt = None,
-    engine: Annotated[
-        str | None, typer.Option(help="Serving engine the plan is for (recorded).")
-    ] = None,
+    engine: po.EngineOpt = po.DEFAULT_ENGINE,
     allow_pd: Annotated[
         bool, typer.Option("--allow-pd/--no-pd", help="Consider prefill/decode roles.")
     ] = True,
@@ -173,6 +172,11 @@ def plan_cmd(
         buckets=buckets,
     )  # fmt: skip
     result = plan_fleet(inputs)
+    from solvers.fleet.candidates import compute_dtype
+
+    eng_json, eng_lines = po.engines_for(
+        devs, {d.id: compute_dtype(d) or "bf16" for d in devs}, engine
+    )
     if slo_sensitivity or out is not None:
         from dataclasses import replace
 
@@ -201,8 +205,9 @@ def plan_cmd(
         d = result.to_dict()
         d["deploy"] = deploy_dict(result, model_sources=m.sources)
         d["elapsed_s"] = elapsed
-        echo_json(d)
+        echo_json({**d, **eng_json})
         return
+    typer.echo("\n".join(eng_lines))
     _print(result, rate, elapsed, out, deploy)
 
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from cli.common import JsonOpt, echo_json, fail, handle_errors, stderr_isatty
+from cli.options import DEFAULT_ENGINE, EngineOpt
 
 
 @handle_errors
@@ -29,18 +30,20 @@ def sweep_cmd(
         bool, typer.Option(help="Continue an interrupted sweep of the same spec into --out.")
     ] = True,
     force: Annotated[bool, typer.Option(help="Discard an existing --out and start over.")] = False,
+    engine: EngineOpt = DEFAULT_ENGINE,
     json_out: bool = JsonOpt,
 ) -> None:
     """Run `estimate` on every configuration of a grid, in chunks, streaming the rows to
     one file in grid order; an interrupted sweep resumes where its file ends.
 
     SPEC.toml: `chunk = 2000` and a `[grid]` table whose keys (model, hardware, tp, pp,
-    dtype, act_dtype, kv_dtype, batch, input_len, output_len) are values or lists; the
-    grid is their product, output_len varying fastest."""
+    dtype, act_dtype, kv_dtype, engine, batch, input_len, output_len) are values or lists;
+    the grid is their product, output_len varying fastest. --engine is grid.engine where
+    the spec does not set it; every row names the engine it was costed with (engine_id)."""
     from reports.sweep.run import dask_available, run_sweep
     from reports.sweep.spec import load_spec
 
-    spec = load_spec(spec_file)
+    spec = load_spec(spec_file, engine=engine)
     if scheduler is None:
         scheduler = "local" if dask_available() else "serial"
     if scheduler != "serial" and not dask_available():
@@ -61,12 +64,13 @@ def sweep_cmd(
             )
     else:
         run = run_sweep(spec, out, scheduler=scheduler, workers=workers, resume=resume, force=force)
+    engines = list(dict(spec.axes)["engine"])
     if json_out:
-        echo_json(run.to_dict())
+        echo_json({**run.to_dict(), "engine": engines})
         return
     typer.echo(
         f"{run.configurations:,} configurations in {run.chunks} chunks -> {run.out}: "
         f"{run.computed_chunks} computed ({run.scheduler}, {run.workers} worker"
         f"{'s' if run.workers != 1 else ''}), {run.resumed_chunks} already done; "
-        f"{run.wall_s:.1f} s"
+        f"{run.wall_s:.1f} s; engine {', '.join(engines)} (each row's engine_id)"
     )

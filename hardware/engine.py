@@ -36,19 +36,26 @@ Nothing here computes a time: ``perfmodel.step.time`` and ``perfmodel.memory`` r
 
 from __future__ import annotations
 
+import functools
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfmodel.datafile import read_data_file
 from perfmodel.dtypes import DTYPE_NAMES, get_dtype
 from perfmodel.errors import SpecError
 
+if TYPE_CHECKING:
+    from hardware.device import Device
+
 ENGINE_DIR = Path(__file__).with_name("engines")
 FAMILIES_FILE = ENGINE_DIR / "families.toml"
-DEFAULT_ENGINE = "vllm"
+DEFAULT_ENGINE = "vllm"  # load_engine(None): a measurement row that names no engine
+AUTO_ENGINE = "auto"  # the device's default engine (default_engine_id)
+NO_ENGINE = "none"  # the engine-less roofline
 KV_BASES = ("total", "free")
 RESERVATIONS = ("full", "incremental")
 PREEMPTIONS = ("recompute", "swap")
@@ -209,16 +216,57 @@ class Engine:
         }
 
 
-_FAMILIES: dict[str, str] | None = None
+@functools.cache
+def _families_file() -> dict[str, Any]:
+    return read_data_file(FAMILIES_FILE, what="device families")
 
 
 def device_family(device_id: str) -> str:
     """Architecture family of a catalog device (``families.toml``); ``other`` if absent."""
-    global _FAMILIES
-    if _FAMILIES is None:
-        data = read_data_file(FAMILIES_FILE, what="device families")
-        _FAMILIES = {d: fam for fam, ids in data["families"].items() for d in ids}
-    return _FAMILIES.get(device_id, "other")
+    fams = _families_file()["families"]
+    return next((fam for fam, ids in fams.items() if device_id in ids), "other")
+
+
+def default_engine_id(device: Device) -> str:
+    """The engine ``--engine auto`` models on ``device`` (``families.toml``
+    ``[default_engine]``): the one calibrated on its family, else its vendor's, else
+    :data:`NO_ENGINE` (the engine-less roofline)."""
+    table = _families_file().get("default_engine", {})
+    by_family = table.get("family", {}).get(device_family(device.id))
+    return str(by_family or table.get("vendor", {}).get(device.vendor) or NO_ENGINE)
+
+
+def engine_for(spec: str | Path | Engine | None, device: Device) -> Engine | None:
+    """The engine ``spec`` names for ``device``: ``None`` or ``"none"`` is no engine (the
+    engine-less roofline), ``"auto"`` the device's default (:func:`default_engine_id`),
+    else an id, ``id@version`` or TOML path (:func:`load_engine`)."""
+    if spec is None or isinstance(spec, Engine):
+        return spec
+    name = str(spec).strip()
+    if name.lower() == AUTO_ENGINE:
+        name = default_engine_id(device)
+    if name.lower() == NO_ENGINE:
+        return None
+    return _catalog_engine(name) if not _is_path(name) else load_engine(name)
+
+
+def engine_label(spec: str | Path | Engine | None, devices: Sequence[Device]) -> str:
+    """``spec`` as resolved on each device: ``"auto: trtllm on h100-sxm, vllm on mi300x"``."""
+    names = {d.id: (e.id if (e := engine_for(spec, d)) else NO_ENGINE) for d in devices}
+    if set(names.values()) == {NO_ENGINE}:
+        return "none (the engine-less roofline)"
+    per = ", ".join(f"{e} on {d}" for d, e in names.items())
+    return f"{spec}: {per}" if str(spec).strip().lower() == AUTO_ENGINE else per
+
+
+def _is_path(spec: str) -> bool:
+    p = Path(spec)
+    return p.suffix.lower() == ".toml" or p.is_file()
+
+
+@functools.cache
+def _catalog_engine(spec: str) -> Engine:
+    return load_engine(spec)
 
 
 def _eff(t: dict[str, Any], where: str) -> KernelEfficiency:
@@ -310,9 +358,8 @@ def load_engine(spec: str | Path | None = None) -> Engine:
     marked ``default = true`` of that family is used.
     """
     spec = DEFAULT_ENGINE if spec is None else spec
-    p = Path(spec)
-    if p.suffix.lower() == ".toml" or p.is_file():
-        return engine_from_dict(read_data_file(p, what="engine"), path=str(p))
+    if _is_path(str(spec)):
+        return engine_from_dict(read_data_file(Path(spec), what="engine"), path=str(spec))
     fam, _, version = str(spec).strip().lower().partition("@")
     cands = [(f, read_data_file(f, what="engine")) for f in engine_files()]
     cands = [(f, d) for f, d in cands if d.get("family") == fam]

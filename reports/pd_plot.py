@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hardware.device import Device
+from hardware.engine import engine_for
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.units import MS_PER_S
@@ -37,6 +38,7 @@ from perfmodel.workload.lengths import fixed_lengths
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
 from solvers.pd.colocated import ColocatedMemo
+from solvers.pd.enumerate import EngineSpec
 from solvers.pd.plan import colocated_baseline, evaluate_options, fluid_optimum
 
 DEFAULT_INPUTS = (128, 512, 2048, 8192)
@@ -141,6 +143,7 @@ def _cell(
     y: float,
     dtype: str,
     kv_dtype: str,
+    engine: EngineSpec = None,
     memos: tuple[dict[tuple[Any, ...], Any], ColocatedMemo] | None = None,
 ) -> PDCell:
     """One cell; ``memos`` (phase profiles, colocated estimates) are shared by the cells
@@ -157,6 +160,7 @@ def _cell(
             dtype=dtype,
             kv_dtype=kv_dtype,
             memo=opts_memo,
+            engine=engine,
         )
         f = fluid_optimum(opts)
         dis, gr, ir = f.per_gpu_rate_per_s, f.gpu_ratio, f.instance_ratio
@@ -164,7 +168,14 @@ def _cell(
     except InfeasibleError as e:
         dis, gr, ir, pl, dl, note = 0.0, None, None, "", "", str(e)
     colo = colocated_baseline(
-        model, workload, slo, devices=devices, dtype=dtype, kv_dtype=kv_dtype, memo=colo_memo
+        model,
+        workload,
+        slo,
+        devices=devices,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        memo=colo_memo,
+        engine=engine,
     )
     c = colo.per_gpu_rate_per_s if colo.feasible else 0.0
     if dis > 0 and c > 0:
@@ -179,6 +190,12 @@ def _cell(
     return PDCell(x, y, regime, dis, c, gain, gr, ir, pl, dl, note)
 
 
+def _engine_name(engine: EngineSpec, devices: Sequence[Device]) -> str:
+    """The engine id(s) the diagram was costed with (``none``: the engine-less roofline)."""
+    ids = dict.fromkeys((e.id if e else "none") for e in (engine_for(engine, d) for d in devices))
+    return "/".join(ids)
+
+
 def length_sweep(
     model: ModelSpec,
     devices: Sequence[Device],
@@ -190,6 +207,7 @@ def length_sweep(
     dtype: str = "bf16",
     kv_dtype: str = "bf16",
     progress: Callable[[int], None] | None = None,
+    engine: EngineSpec = None,
 ) -> PDPhaseDiagram:
     """Optimal ratio and gain over input × output length (fixed lengths per cell)."""
     if not inputs or not outputs or min(inputs) < 1 or min(outputs) < 2:
@@ -199,7 +217,9 @@ def length_sweep(
         for o in outputs:
             w = Workload(f"fixed-{s}-{o}", fixed_lengths(int(s), int(o)))
             cells.append(
-                _cell(model, devices, decode_devices or devices, w, slo, s, o, dtype, kv_dtype)
+                _cell(
+                    model, devices, decode_devices or devices, w, slo, s, o, dtype, kv_dtype, engine
+                )
             )
             if progress:
                 progress(1)
@@ -212,7 +232,7 @@ def length_sweep(
         tuple(float(s) for s in inputs),
         tuple(float(o) for o in outputs),
         f"TTFT {slo.ttft_s * MS_PER_S:g} ms / TPOT {slo.tpot_s * MS_PER_S:g} ms "
-        f"at p{slo.percentile * 100:g}",
+        f"at p{slo.percentile * 100:g}, engine {_engine_name(engine, devices)}",
         tuple(cells),
     )
 
@@ -229,6 +249,7 @@ def slo_sweep(
     dtype: str = "bf16",
     kv_dtype: str = "bf16",
     progress: Callable[[int], None] | None = None,
+    engine: EngineSpec = None,
 ) -> PDPhaseDiagram:
     """Optimal ratio and gain over TTFT × TPOT targets for one workload."""
     if not ttft_s or not tpot_s:
@@ -249,6 +270,7 @@ def slo_sweep(
                     b,
                     dtype,
                     kv_dtype,
+                    engine,
                     memos,
                 )
             )
@@ -262,7 +284,7 @@ def slo_sweep(
         "TPOT target (ms)",
         tuple(float(a) for a in ttft_s),
         tuple(float(b) for b in tpot_s),
-        f"workload {workload.name}, p{percentile * 100:g}",
+        f"workload {workload.name}, p{percentile * 100:g}, engine {_engine_name(engine, devices)}",
         tuple(cells),
     )
 

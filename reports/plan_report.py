@@ -66,6 +66,7 @@ def rate_sweep(result: PlanResult, inputs: PlanInputs) -> PlanSweep:
 
 
 def _latency_curves(result: PlanResult, inputs: PlanInputs) -> list[LatencyCurve]:
+    from hardware.engine import engine_for
     from perfmodel.plan import ParallelPlan
     from perfmodel.serving.service import latency, service_rate
     from perfmodel.step.instance import Instance
@@ -78,7 +79,7 @@ def _latency_curves(result: PlanResult, inputs: PlanInputs) -> list[LatencyCurve
         if c.role != "colocated":
             continue
         plan = ParallelPlan(tp=c.tp, weight_dtype=c.dtype, act_dtype=c.dtype, kv_dtype=c.dtype)
-        inst = Instance(inputs.model, c.device, plan)
+        inst = Instance(inputs.model, c.device, plan, engine=engine_for(inputs.engine, c.device))
         w = inputs.workload
         if p.buckets:  # the pool serves its buckets' mix, not the whole workload
             w = Workload(f"{w.name} (pool mix)", bucket_mix(p, inputs), w.arrival_cv)

@@ -140,8 +140,8 @@ def stability_figure(phase: StabilityPhase) -> Any:
         fig.update_yaxes(title_text=p.y_label, type="log", row=1, col=col)
     fig.update_layout(
         title=f"Stability of {phase.model} on {phase.tp}x {phase.device}, workload "
-        f"{phase.workload}<br><sup>green = meets the SLO, amber = stable but misses the SLO, "
-        "red = unstable (cell text: margin 1 − λ/μ)</sup>",
+        f"{phase.workload}, engine {phase.engine}<br><sup>green = meets the SLO, amber = "
+        "stable but misses the SLO, red = unstable (cell text: margin 1 − λ/μ)</sup>",
         height=640,
         width=1350,
         margin={"t": 110},

@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from hardware.device import Device
+from hardware.engine import Engine
 from perfmodel.errors import SpecError
 from perfmodel.memory import DEFAULT_MAX_BATCHED_TOKENS
 from perfmodel.model import ModelSpec
@@ -158,6 +159,7 @@ class StabilityPhase:
     max_batched_tokens: int
     chunk_size: int
     panels: tuple[PhasePanel, ...]
+    engine: str = "none"  # the serving engine's id ("none": the engine-less roofline)
 
     def panel(self, kind: str) -> PhasePanel:
         for p in self.panels:
@@ -270,6 +272,7 @@ def stability_phase(
     sim_requests: int = DEFAULT_SIM_REQUESTS,
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
+    engine: Engine | None = None,
 ) -> StabilityPhase:
     """Sweep both panels; ``progress(1)`` after each row and each simulated point.
 
@@ -277,7 +280,8 @@ def stability_phase(
     ``max(1.2·max(s+o), M₀/16)`` to ``M₀`` (``M₀`` = ``kv_capacity_tokens`` or the memory
     model's capacity); ``rates`` arrival rates geometric from ``0.25·min μ`` to
     ``1.6·max μ`` of the panel. ``sim_rows = 0`` or ``sim_requests = 0`` skips the
-    simulator.
+    simulator. ``engine``: the serving engine every iteration and memory fit is costed
+    with (``None``: the engine-less roofline).
     """
     if rates < 2:
         raise SpecError(f"need at least 2 arrival rates, got {rates}")
@@ -287,7 +291,7 @@ def stability_phase(
         raise SpecError("simulated loads must be positive multiples of μ")
     tick = progress or (lambda _n: None)
     lengths = workload.lengths
-    inst = Instance(model, device, plan)
+    inst = Instance(model, device, plan, engine=engine)
 
     def rate_of(w: Workload, kv: int | None) -> q.ServiceRate:
         return q.service_rate(
@@ -362,6 +366,7 @@ def stability_phase(
             panel("output", "mean output tokens", out_specs),
             panel("kv", "KV capacity (tokens)", kv_specs),
         ),
+        engine=engine.id if engine else "none",
     )
 
 

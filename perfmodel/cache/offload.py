@@ -58,7 +58,6 @@ from perfmodel.serving.poisson import poisson_pmf, poisson_ppf
 from perfmodel.serving.servemix import mix_batch
 from perfmodel.serving.service import ServiceRate, latency
 from perfmodel.step.table import StepTable
-from perfmodel.step.time import step_time
 
 Arr = NDArray[np.float64]
 _RESIDUAL_NODES = 8  # midpoints of U(0, p̄) for the residual of the iteration in progress
@@ -199,7 +198,7 @@ def _guess(sr: ServiceRate, off: OffloadedExperts, lam: float) -> float:
 
     def parts(b: float) -> tuple[float, float]:
         r = lam * b
-        t = float(step_time(sr.model, sr.device, mix_batch(r, mo), plan=sr.plan).total_s)
+        t = float(sr.instance.iteration_s(mix_batch(r, mo)))
         n_d = min(r * mo.decode_steps, B - 1.0)
         p = mean_fetch_s(
             off,

@@ -26,12 +26,13 @@ split MILP (:mod:`solvers.cache_milp`) exploits. SLO goodput is ``λ·att``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
 from hardware.device import Device, Link
+from hardware.engine import Engine
 from perfmodel.cache.footprint import (
     DEFAULT_LORA_TARGETS,
     expert_bytes,
@@ -95,6 +96,15 @@ class CacheBudgetSpec:
     kv_levels: int = 6
     expert_levels: int = 5
     adapter_levels: int = 5
+    # the serving engine: its kernel efficiencies and host overheads cost every iteration
+    # (None: the engine-less roofline); the memory split is this planner's own question,
+    # so the budget stays ``budget_bytes`` / ``gpu_memory_utilization``
+    engine: Engine | None = field(default=None, compare=False)
+
+    @property
+    def instance(self) -> Instance:
+        """The instance every iteration of this spec is costed on."""
+        return Instance(self.model, self.device, self.plan, engine=self.engine)
 
     def __post_init__(self) -> None:
         check_rate(self.rate_per_s)
@@ -268,7 +278,7 @@ def evaluate_engine(ctx: BudgetContext, kv_bytes: float, capacity: float) -> Eng
         why = f"unstable: the KV cache ({M} tokens) cannot hold the longest request ({need} tokens)"
         return EngineEval(kv_bytes, M, capacity, None, False, math.inf, None, 0.0, 0.0, 0.0, why)
     base = service_rate(
-        Instance(spec.model, spec.device, spec.plan),
+        spec.instance,
         spec.workload,
         kv_capacity_tokens=M,
         max_batched_tokens=spec.max_batched_tokens,

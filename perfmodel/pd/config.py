@@ -21,6 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from hardware.comm import collective_time_s, link_for_group
 from hardware.device import Device, Link
+from hardware.engine import Engine
 from hardware.maxaffine import MaxAffine
 from perfmodel.errors import SpecError
 from perfmodel.memory import kv_bytes_per_token_per_device
@@ -46,6 +47,8 @@ class PhaseConfig:
     (a :class:`hardware.maxaffine.MaxAffine` over :data:`PHASE_FEATURES`, e.g. DistServe's
     measured prefill ``a + b·Σl + c·Σl²`` as one piece); when set it is evaluated instead
     of the roofline ``step_time`` for every iteration of this configuration.
+    ``engine``: the serving engine of the instance (its kernel efficiencies, host
+    overheads and KV memory budget enter every iteration and the memory fit).
     """
 
     phase: str
@@ -54,6 +57,7 @@ class PhaseConfig:
     batch_cap: int | None = None  # decode: most concurrent requests; None = KV memory only
     profile: MaxAffine | None = field(default=None, compare=False)
     kv_capacity_tokens: int | None = None  # decode: measured KV capacity; None = memory_fit
+    engine: Engine | None = field(default=None, compare=False)  # None: engine-less roofline
 
     def __post_init__(self) -> None:
         if self.phase not in PHASES:
@@ -72,7 +76,7 @@ class PhaseConfig:
 
     def instance(self, model: ModelSpec) -> Instance:
         """The instance of ``model`` this configuration runs: every iteration is costed there."""
-        return Instance(model, self.device, self.plan, self.profile)
+        return Instance(model, self.device, self.plan, self.profile, self.engine)
 
     @property
     def label(self) -> str:

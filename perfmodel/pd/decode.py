@@ -22,7 +22,6 @@ from numpy.typing import NDArray
 from scipy.special import log_ndtr, ndtr  # scipy.stats costs ~1 s of import
 
 from perfmodel.errors import InfeasibleError, SpecError
-from perfmodel.memory import memory_fit
 from perfmodel.model import ModelSpec
 from perfmodel.pd.config import (
     MAX_ATOMS,
@@ -166,16 +165,14 @@ def decode_kv_capacity(model: ModelSpec, config: PhaseConfig, lengths: LengthDis
 
     Raises InfeasibleError when the largest request cannot fit.
     """
-    dev, plan = config.device, config.plan
+    inst = config.instance(model)
     if config.kv_capacity_tokens is not None:
         M = config.kv_capacity_tokens
     else:
         mean_total = lengths.expect(lambda s, o: s + o)
-        slots0 = (
-            memory_fit(model, dev, plan, max_batched_tokens=256).kv_capacity_tokens / mean_total
-        )
+        slots0 = inst.memory_fit(max_batched_tokens=256).kv_capacity_tokens / mean_total
         reserve = int(min(max(256, 2 * (config.batch_cap or slots0)), 8192))
-        M = memory_fit(model, dev, plan, max_batched_tokens=reserve).kv_capacity_tokens
+        M = inst.memory_fit(max_batched_tokens=reserve).kv_capacity_tokens
     if lengths.max_total_tokens > M:
         raise InfeasibleError(
             f"{model.id} on {config.label}: KV capacity {M:,} tokens cannot hold the largest "

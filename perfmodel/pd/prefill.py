@@ -31,7 +31,6 @@ from numpy.typing import NDArray
 from scipy import optimize
 
 from perfmodel.errors import SpecError
-from perfmodel.memory import memory_fit
 from perfmodel.model import ModelSpec
 from perfmodel.pd.config import (
     MAX_ATOMS,
@@ -233,7 +232,7 @@ def prefill_goodput(profile: PrefillProfile, slo: SLO, *, model: ModelSpec) -> P
     cap = profile.capacity_rate_per_s
     link_cap = profile.link_capacity_per_s
     link_bound = link_cap <= 1.0 / float(np.dot(profile.weights, profile.occupancy_s))
-    kv_cap = memory_fit(model, cfg.device, cfg.plan).kv_capacity_tokens
+    kv_cap = cfg.instance(model).memory_fit().kv_capacity_tokens
     if floor > slo.ttft_s:
         x_q = weighted_quantile(profile.transfer_s, profile.weights, q)
         return PhaseGoodput(

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from hardware.device import Device, load_device
+from hardware.engine import engine_for
 from perfmodel.errors import PerfModelError
 from perfmodel.model import ModelSpec, load_model
 from perfmodel.plan import ParallelPlan
@@ -50,7 +51,8 @@ def evaluate_chunk(spec: SweepSpec, chunk: int) -> list[dict[str, Any]]:
     def plan_key(item: tuple[int, dict[str, Any]]) -> tuple[Any, ...]:
         c = item[1]
         return tuple(
-            c[k] for k in ("model", "hardware", "tp", "pp", "dtype", "act_dtype", "kv_dtype")
+            c[k]
+            for k in ("model", "hardware", "tp", "pp", "dtype", "act_dtype", "kv_dtype", "engine")
         )
 
     for _, group in groupby(configs, key=plan_key):
@@ -75,7 +77,7 @@ def _evaluate_plan(items: list[tuple[int, dict[str, Any]]]) -> list[dict[str, An
         kv_dtype=c0["kv_dtype"],
         pp=c0["pp"],
     )
-    inst = Instance(model, device, plan)
+    inst = Instance(model, device, plan, engine=engine_for(c0["engine"], device))
     runs = [list(r) for _, r in groupby(items, key=lambda it: (it[1]["batch"], it[1]["input_len"]))]
     longest = max(cfg["output_len"] for _, cfg in items)
     steps = max(longest - 1, 1)
@@ -118,6 +120,7 @@ def _rows(
             {
                 "index": i,
                 **cfg,
+                "engine_id": inst.engine.id if inst.engine else "none",
                 "fits": fit.fits,
                 "kv_capacity_tokens": fit.kv_capacity_tokens,
                 "ttft_ms": ms(ttft),

@@ -32,6 +32,7 @@ from reports.sweep.evaluate import evaluate_chunk
 from reports.sweep.spec import PARAMS, SweepSpec
 
 RESULT_FIELDS = (
+    "engine_id",
     "fits",
     "kv_capacity_tokens",
     "ttft_ms",
@@ -202,15 +203,17 @@ def _client(scheduler: str, workers: int | None) -> tuple[Any, Any, int]:
 
 
 def check_catalog_ids(spec: SweepSpec) -> None:
-    """Every model and hardware of the grid loads (a typo fails before any work)."""
+    """Every model, hardware and engine of the grid loads (a typo fails before any work)."""
     from hardware.device import load_device
+    from hardware.engine import engine_for
     from perfmodel.model import load_model
 
     axes = dict(spec.axes)
     for m in axes["model"]:
         load_model(m)
-    for d in axes["hardware"]:
-        load_device(d)
+    devs = [load_device(d) for d in axes["hardware"]]
+    for e in axes["engine"]:
+        engine_for(e, devs[0])
 
 
 def dask_available() -> bool:

@@ -11,6 +11,7 @@ estimate``, given as a value (fixed) or a list (an axis of the grid)::
     batch = [1, 2, 4, 8, 16, 32, 64, 128]
     input_len = [128, 512, 2048]
     output_len = [16, 128, 512]
+    engine = ["none", "auto"]         # optional: as --engine (default: sweep --engine)
 
 The grid is the Cartesian product, enumerated in the order of :data:`PARAMS` with the
 last parameter varying fastest; configuration ``i`` is found from ``i`` alone (mixed
@@ -36,6 +37,7 @@ PARAMS: dict[str, tuple[type, Any]] = {
     "dtype": (str, "bf16"),
     "act_dtype": (str, "bf16"),
     "kv_dtype": (str, "bf16"),
+    "engine": (str, "auto"),  # as --engine: auto (the device's default), none, an id or TOML
     "batch": (int, None),
     "input_len": (int, None),
     "output_len": (int, None),
@@ -96,8 +98,11 @@ def _values(name: str, raw: Any) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def spec_from_dict(data: dict[str, Any], *, source: str = "spec") -> SweepSpec:
-    """Validate a parsed specification (see the module docstring)."""
+def spec_from_dict(
+    data: dict[str, Any], *, source: str = "spec", engine: str | None = None
+) -> SweepSpec:
+    """Validate a parsed specification (see the module docstring); ``engine`` replaces
+    the default of ``grid.engine`` (``sweep --engine``) where the grid does not set it."""
     unknown = sorted(set(data) - {"chunk", "grid"})
     if unknown:
         raise SpecError(f"{source}: unknown top-level key(s) {unknown}; expected chunk, [grid]")
@@ -109,6 +114,8 @@ def spec_from_dict(data: dict[str, Any], *, source: str = "spec") -> SweepSpec:
         raise SpecError(f"{source}: unknown grid parameter(s) {bad}; known: {', '.join(PARAMS)}")
     axes = []
     for name, (_, default) in PARAMS.items():
+        if name == "engine" and engine is not None:
+            default = engine
         if name in grid:
             axes.append((name, _values(name, grid[name])))
         elif default is None:
@@ -124,12 +131,12 @@ def spec_from_dict(data: dict[str, Any], *, source: str = "spec") -> SweepSpec:
     return spec
 
 
-def load_spec(path: Path) -> SweepSpec:
-    """Read and validate a sweep TOML file."""
+def load_spec(path: Path, *, engine: str | None = None) -> SweepSpec:
+    """Read and validate a sweep TOML file (``engine``: as :func:`spec_from_dict`)."""
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise SpecError(f"cannot read {path}: {e.strerror}") from None
     except tomllib.TOMLDecodeError as e:
         raise SpecError(f"{path}: malformed TOML: {e}") from None
-    return spec_from_dict(data, source=str(path))
+    return spec_from_dict(data, source=str(path), engine=engine)

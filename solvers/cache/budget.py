@@ -45,7 +45,6 @@ from perfmodel.cache.serving import (
 )
 from perfmodel.errors import InfeasibleError
 from perfmodel.sim.simulate import SimResult
-from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S, GiB, MiB
 from solvers.cache.milp import SplitProblem, SplitSolution, brute_force_split, solve_split
 
@@ -316,7 +315,7 @@ def simulate_plan(
     if not plan.feasible:
         raise InfeasibleError("the plan is infeasible; there is nothing to simulate")
     setup = make_setup(
-        Instance(spec.model, spec.device, spec.plan),
+        spec.instance,
         kv_capacity_tokens=plan.kv_capacity_tokens,
         max_batched_tokens=spec.max_batched_tokens,
     )

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hardware.device import Device
+from hardware.engine import Engine, engine_for
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.plan import ParallelPlan
@@ -150,14 +151,22 @@ def _key_device(d: Device) -> Device:
 
 
 def _evaluate_one(
-    model: ModelSpec, device: Device, plan: ParallelPlan, workload: Workload, slo: SLO, B: int
+    model: ModelSpec,
+    device: Device,
+    plan: ParallelPlan,
+    workload: Workload,
+    slo: SLO,
+    B: int,
+    engine: Engine | None = None,
 ) -> Candidate | str:
     from perfmodel.serving import goodput as q_goodput
     from perfmodel.serving import service as q
     from perfmodel.step.instance import Instance
 
     try:
-        sr = q.service_rate(Instance(model, device, plan), workload, max_batched_tokens=B)
+        sr = q.service_rate(
+            Instance(model, device, plan, engine=engine), workload, max_batched_tokens=B
+        )
     except (InfeasibleError, SpecError) as e:
         return f"{device.id} TP{plan.tp}: {e}"
     gp = q_goodput.goodput(sr, slo, rel_tol=GOODPUT_REL_TOL)
@@ -184,8 +193,12 @@ def colocated_jobs(
     *,
     max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
     tps: Sequence[int] = TP_CANDIDATES,
+    engine: str | None = None,
 ) -> tuple[list[tuple[Device, Job]], list[str]]:
-    """One cacheable evaluation per (device, TP), and the devices rejected outright."""
+    """One cacheable evaluation per (device, TP), and the devices rejected outright.
+
+    ``engine``: the serving engine, resolved per device (``"auto"``: each device's
+    default; ``None``: the engine-less roofline)."""
     jobs: list[tuple[Device, Job]] = []
     rejected: list[str] = []
     lw = workload.lengths
@@ -194,6 +207,7 @@ def colocated_jobs(
         if dt is None:
             rejected.append(f"{dev.id}: no bf16 or fp16 math")
             continue
+        eng = engine_for(engine, dev)
         degrees = tp_degrees(model, dev, tps)
         if not degrees:
             rejected.append(f"{dev.id}: no TP degree of {tps} fits its scale-up domain")
@@ -201,10 +215,10 @@ def colocated_jobs(
             plan = ParallelPlan(tp=tp, weight_dtype=dt, act_dtype=dt, kv_dtype=dt)
             key = digest(
                 "colocated", model, _key_device(dev), plan, lw.input_tokens, lw.output_tokens,
-                lw.weights, workload.arrival_cv, slo, max_batched_tokens, GOODPUT_REL_TOL,
+                lw.weights, workload.arrival_cv, slo, max_batched_tokens, GOODPUT_REL_TOL, eng,
             )  # fmt: skip
             fn = functools.partial(
-                _evaluate_one, model, dev, plan, workload, slo, max_batched_tokens
+                _evaluate_one, model, dev, plan, workload, slo, max_batched_tokens, eng
             )
             jobs.append((dev, Job("colocated", key, fn)))
     return jobs, rejected
@@ -242,14 +256,21 @@ def evaluate_colocated(
     return out, rejected + more
 
 
-def pd_job(model: ModelSpec, workload: Workload, slo: SLO, devices: Sequence[Device]) -> Job:
+def pd_job(
+    model: ModelSpec,
+    workload: Workload,
+    slo: SLO,
+    devices: Sequence[Device],
+    engine: str | None = None,
+) -> Job:
     """The cacheable evaluation of every prefill and decode configuration."""
     lw = workload.lengths
+    engines = [engine_for(engine, d) for d in devices]
     key = digest(
         "pd", model, [_key_device(d) for d in devices], lw.input_tokens, lw.output_tokens,
-        lw.weights, slo,
+        lw.weights, slo, engines,
     )  # fmt: skip
-    return Job("pd", key, functools.partial(_evaluate_pd, model, workload, slo, devices))
+    return Job("pd", key, functools.partial(_evaluate_pd, model, workload, slo, devices, engine))
 
 
 def evaluate_pd(
@@ -268,7 +289,11 @@ def evaluate_pd(
 
 
 def _evaluate_pd(
-    model: ModelSpec, workload: Workload, slo: SLO, devices: Sequence[Device]
+    model: ModelSpec,
+    workload: Workload,
+    slo: SLO,
+    devices: Sequence[Device],
+    engine: str | None = None,
 ) -> tuple[list[Candidate], list[str]]:
     from solvers.pd.enumerate import evaluate_options
 
@@ -277,7 +302,12 @@ def _evaluate_pd(
         return [], ["prefill/decode roles: no device computes in bf16"]
     try:
         opts = evaluate_options(
-            model, workload.lengths, slo, prefill_devices=usable, decode_devices=usable
+            model,
+            workload.lengths,
+            slo,
+            prefill_devices=usable,
+            decode_devices=usable,
+            engine=engine,
         )
     except InfeasibleError as e:
         return [], [f"prefill/decode roles: {e}"]
@@ -363,10 +393,13 @@ def with_buckets(
     *,
     max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
     use_cache: bool = True,
+    engine: str | None = None,
 ) -> list[Candidate]:
     """The colocated candidates with their goodput and service rate on every bucket."""
     per_jobs = [
-        colocated_jobs(model, b.workload, slo, devices, max_batched_tokens=max_batched_tokens)[0]
+        colocated_jobs(
+            model, b.workload, slo, devices, max_batched_tokens=max_batched_tokens, engine=engine
+        )[0]
         for b in buckets
     ]
     values = run_jobs([j for js in per_jobs for _, j in js], enabled=use_cache)

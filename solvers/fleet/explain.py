@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hardware.engine import engine_label
 from perfmodel.cost.power import power_model
 from perfmodel.cost.prices import PriceBook
 from perfmodel.units import MS_PER_S
@@ -165,7 +166,7 @@ def assumptions(inputs: Any) -> dict[str, Any]:
             "percentile": inputs.slo.percentile,
             "goal": inputs.slo.goal,
         },
-        "engine": inputs.engine or "none (roofline step times, vLLM-like scheduler)",
+        "engine": engine_label(inputs.engine, inputs.devices),
         "max_batched_tokens": inputs.max_batched_tokens,
         "allow_pd": inputs.allow_pd,
         "devices": devs,

@@ -53,7 +53,7 @@ class PlanInputs:
     prices: PriceBook
     headroom: float = 1.0
     allow_pd: bool = True
-    engine: str | None = None
+    engine: str | None = None  # resolved per device (hardware.engine.engine_for); None: none
     max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS
     time_limit_s: float = 10.0
     use_cache: bool = True
@@ -86,16 +86,19 @@ def evaluate(inputs: PlanInputs) -> tuple[list[Candidate], list[str]]:
     the longest, together with the colocated ones)."""
     cache = inputs.use_cache
     m, w, slo, devs = inputs.model, inputs.workload, inputs.slo, inputs.devices
-    jobs, rejected = colocated_jobs(m, w, slo, devs, max_batched_tokens=inputs.max_batched_tokens)
+    eng = inputs.engine
+    jobs, rejected = colocated_jobs(
+        m, w, slo, devs, max_batched_tokens=inputs.max_batched_tokens, engine=eng
+    )
     pd = inputs.allow_pd and inputs.buckets == 1
-    extra = [pd_job(m, w, slo, devs)] if pd else []
+    extra = [pd_job(m, w, slo, devs, eng)] if pd else []
     values = run_jobs([*extra, *(j for _, j in jobs)], enabled=cache)
     cands, more = colocated_results(jobs, values[len(extra) :])
     rejected += more
     if inputs.buckets > 1:
         cands = with_buckets(
             cands, m, size_buckets(w, inputs.buckets), slo, devs,
-            max_batched_tokens=inputs.max_batched_tokens, use_cache=cache,
+            max_batched_tokens=inputs.max_batched_tokens, use_cache=cache, engine=eng,
         )  # fmt: skip
         return cands, rejected  # PD roles are not combined with buckets
     if pd:

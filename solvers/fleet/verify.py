@@ -84,6 +84,7 @@ def _attainment(
 
 
 def check_colocated(pool: Pool, inputs: Any, *, requests: int, seed: int) -> PoolCheck:
+    from hardware.engine import engine_for
     from perfmodel.serving.goodput import slo_attainment
     from perfmodel.serving.service import latency, service_rate
     from perfmodel.sim.simulate import make_setup, simulate_workload
@@ -96,7 +97,7 @@ def check_colocated(pool: Pool, inputs: Any, *, requests: int, seed: int) -> Poo
         from perfmodel.workload.presets import Workload
 
         w = Workload("bucket mix", bucket_mix(pool, inputs), w.arrival_cv)
-    inst = Instance(inputs.model, c.device, plan)
+    inst = Instance(inputs.model, c.device, plan, engine=engine_for(inputs.engine, c.device))
     sr = service_rate(inst, w, max_batched_tokens=c.max_batched_tokens)
     r = pool.per_instance_rate_per_s
     pred = slo_attainment(latency(sr, r), inputs.slo).attainment

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hardware.device import Device
+from hardware.engine import engine_for
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.serving.goodput import Attainment, slo_attainment
@@ -25,7 +26,7 @@ from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
-from solvers.pd.enumerate import parallel_plan, valid_tps
+from solvers.pd.enumerate import EngineSpec, parallel_plan, valid_tps
 from solvers.pd.results import Colocated
 
 COLOCATED_BUDGET_TOKENS = 2048  # chunked-prefill token budget of the baseline (Sarathi-Serve)
@@ -138,6 +139,7 @@ def colocated_baseline(
     rel_tol: float = 0.02,
     tps: Sequence[int] | None = None,
     memo: ColocatedMemo | None = None,
+    engine: EngineSpec = None,
 ) -> Colocated:
     """Best per-GPU goodput of chunked-prefill instances under the percentile criterion.
 
@@ -147,7 +149,8 @@ def colocated_baseline(
     another has proven (branch and bound: the answer of running every bisection to the
     end, with few latency estimates). ``tps``: the
     tensor-parallel degrees to try (default every valid one). ``memo``: shared across
-    calls on the same workload, devices and dtypes (an SLO sweep); same answers.
+    calls on the same workload, devices, dtypes and engine (an SLO sweep); same
+    answers. ``engine``: as in :func:`solvers.pd.enumerate.evaluate_options`.
     """
     memo = memo or ColocatedMemo()
     cands = []
@@ -157,7 +160,12 @@ def colocated_baseline(
             if key not in memo.services:
                 try:
                     memo.services[key] = service_rate(
-                        Instance(model, dev, parallel_plan(tp, dtype, kv_dtype)),
+                        Instance(
+                            model,
+                            dev,
+                            parallel_plan(tp, dtype, kv_dtype),
+                            engine=engine_for(engine, dev),
+                        ),
                         workload,
                         max_batched_tokens=max_batched_tokens,
                     )

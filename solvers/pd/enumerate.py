@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from hardware.device import Device
+from hardware.engine import Engine, engine_for
 from hardware.maxaffine import MaxAffine
 from perfmodel.errors import InfeasibleError, SpecError
-from perfmodel.memory import describe_shortfall, memory_fit
+from perfmodel.memory import describe_shortfall
 from perfmodel.model import ModelSpec
 from perfmodel.pd.config import PhaseConfig, PhaseGoodput, kv_link
 from perfmodel.pd.decode import DecodeProfile, decode_goodput, decode_profile
@@ -55,6 +56,9 @@ def valid_tps(model: ModelSpec, tps: Sequence[int] = TP_CANDIDATES) -> list[int]
     return out
 
 
+#: An engine, or a spec resolved per device by :func:`hardware.engine.engine_for`.
+EngineSpec = Engine | str | None
+
 #: Calibrated phase profiles, keyed ``(phase, device id, TP)``.
 PhaseProfiles = Mapping[tuple[str, str, int], MaxAffine]
 
@@ -92,6 +96,7 @@ def evaluate_options(
     ep: int = 1,
     dp: int = 1,
     memo: dict[tuple[Any, ...], Any] | None = None,
+    engine: EngineSpec = None,
 ) -> PhaseOptions:
     """Per-instance goodputs of every configuration that fits (see the module docstring).
 
@@ -100,6 +105,8 @@ def evaluate_options(
     ``kv_capacity_tokens``: measured decode KV capacities by ``(device id, TP)``
     (default: ``memory_fit``). ``memo``: the SLO-free phase profiles, shared by calls
     that differ only in ``slo`` (an SLO sweep); same answers.
+    ``engine``: the serving engine of every instance, or a
+    spec resolved per device (``"auto"``: each device's default; ``None``: none).
     Raises InfeasibleError when the model fits no configuration of a phase.
     """
     memo = {} if memo is None else memo
@@ -112,11 +119,12 @@ def evaluate_options(
     for dev in prefill_devices:
         for tp, prof in phase_tps(model, "prefill", dev, tp_candidates, profiles):
             plan = parallel_plan(tp, dtype, kv_dtype, ep=ep, dp=dp)
-            fit = memory_fit(
-                model, dev, plan, batch=2, context_len=max_in, max_batched_tokens=max_in
+            cfg = PhaseConfig("prefill", dev, plan, profile=prof, engine=engine_for(engine, dev))
+            fit = cfg.instance(model).memory_fit(
+                batch=2, context_len=max_in, max_batched_tokens=max_in
             )
             if fit.fits:
-                pre_cfgs.append(PhaseConfig("prefill", dev, plan, profile=prof))
+                pre_cfgs.append(cfg)
             else:
                 short.append(describe_shortfall(fit, model, dev, tp))
     if not pre_cfgs:
@@ -134,7 +142,13 @@ def evaluate_options(
             for cap in decode_batch_caps:
                 kv = (kv_capacity_tokens or {}).get((dev.id, tp))
                 cfg = PhaseConfig(
-                    "decode", dev, parallel_plan(tp, dtype, kv_dtype, ep=ep, dp=dp), cap, cost, kv
+                    "decode",
+                    dev,
+                    parallel_plan(tp, dtype, kv_dtype, ep=ep, dp=dp),
+                    cap,
+                    cost,
+                    kv,
+                    engine_for(engine, dev),
                 )
                 key = ("decode", dev.id, tp, cap)
                 if key not in memo:

@@ -36,7 +36,13 @@ from perfmodel.workload.arrivals import check_rate
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
 from solvers.pd.colocated import colocated_baseline
-from solvers.pd.enumerate import PhaseOptions, PhaseProfiles, check_feasible, evaluate_options
+from solvers.pd.enumerate import (
+    EngineSpec,
+    PhaseOptions,
+    PhaseProfiles,
+    check_feasible,
+    evaluate_options,
+)
 from solvers.pd.fluid import fluid_optimum
 from solvers.pd.results import Allocation, Constraint, PDPlan
 
@@ -143,6 +149,7 @@ def plan_pd(
     kv_capacity_tokens: Mapping[tuple[str, int], int] | None = None,
     ep: int = 1,
     dp: int = 1,
+    engine: EngineSpec = None,
 ) -> PDPlan:
     """Least-cost disaggregated plan for ``rate_per_s`` (see the module docstring).
 
@@ -153,7 +160,8 @@ def plan_pd(
     ``profiles``: calibrated phase cost profiles by ``(phase, device id, TP)``, used
     instead of the roofline for those configurations (the colocated baseline stays on
     the roofline: the queueing layer takes no calibrated profile); ``kv_capacity_tokens``:
-    measured decode KV capacities by ``(device id, TP)``.
+    measured decode KV capacities by ``(device id, TP)``. ``engine``: the serving engine
+    of every instance and of the baseline, or a spec resolved per device (``"auto"``).
     """
     check_rate(rate_per_s)
     if max_gpus is not None and max_gpus < 1:
@@ -177,6 +185,7 @@ def plan_pd(
         kv_capacity_tokens=kv_capacity_tokens,
         ep=ep,
         dp=dp,
+        engine=engine,
     )
     check_feasible(opts, slo)
     kw = {"prices": prices, "time_limit_s": time_limit_s}
@@ -208,6 +217,7 @@ def plan_pd(
         dtype=dtype,
         kv_dtype=kv_dtype,
         t0=t0,
+        engine=engine,
     )
 
 
@@ -233,6 +243,7 @@ def _result(
     dtype: str,
     kv_dtype: str,
     t0: float,
+    engine: EngineSpec = None,
 ) -> PDPlan:
     pre: list[Allocation] = []
     dec: list[Allocation] = []
@@ -277,7 +288,7 @@ def _result(
     fluid = fluid_optimum(opts).per_gpu_rate_per_s
     if baseline:
         colo = colocated_baseline(
-            model, workload, slo, devices=devices, dtype=dtype, kv_dtype=kv_dtype
+            model, workload, slo, devices=devices, dtype=dtype, kv_dtype=kv_dtype, engine=engine
         )
         if colo.feasible:
             colo_gpus = math.ceil(rate / colo.goodput_per_instance_per_s - 1e-9) * colo.tp

@@ -66,11 +66,15 @@ def test_capacity_names_its_engine_and_the_engine_changes_the_answer() -> None:
     from cli.main import app
 
     runner = CliRunner()
-    plain = runner.invoke(app, ["capacity", "--json"])
+    plain = runner.invoke(app, ["capacity", "--engine", "none", "--json"])
     vllm = runner.invoke(app, ["capacity", "--engine", "vllm", "--json"])
+    default = runner.invoke(app, ["capacity", "--json"])
     assert plain.exit_code == 0 and vllm.exit_code == 0, vllm.output
     a, b = json.loads(plain.stdout), json.loads(vllm.stdout)
     assert a["engine"] is None and "engine-less roofline" in a["engine_accuracy"]
+    # the default is the device's calibrated engine: TensorRT-LLM on an H100, named so
+    c = json.loads(default.stdout)
+    assert c["engine"] == "trtllm" and "the default on h100-sxm" in c["engine_accuracy"]
     assert b["engine"] == "vllm" and "expect" in b["engine_accuracy"]
     # host overhead and kernel efficiencies of a real engine can only slow the instance
     assert b["service_rate_per_s"] < 0.9 * a["service_rate_per_s"]

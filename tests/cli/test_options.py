@@ -27,6 +27,7 @@ SHARED: dict[str, Any] = {
     "--seed": 0,
     "--force": False,
     "--json": False,
+    "--engine": o.DEFAULT_ENGINE,
 }
 # Names that mean a shared option under another name (or without its unit suffix).
 ALIASES = {
@@ -41,6 +42,28 @@ ALIASES = {
 MOE_COMMANDS = {"dispatch solve", "dispatch place", "dispatch phase", "profile crossover"}
 # A stored profile names its device and model: there --hardware/--model default to the file's.
 PROFILE_COMMANDS = {"profile show", "profile plot"}
+# Commands that compute no engine iteration time, memory fit or batch limit, with the reason;
+# every other command must take --engine (a new command that computes a time and forgets
+# the option fails test_every_time_computing_command_takes_engine).
+NO_ENGINE_COMMANDS = {
+    "hardware list": "catalog listing",
+    "hardware show": "device datasheet and ridge points",
+    "model list": "catalog listing",
+    "model show": "parameter and byte counts",
+    "predict gemm": "kernel latencies from a fitted cost profile, not an engine iteration",
+    "profile fit": "fits a kernel cost profile to measurements",
+    "profile show": "prints a stored profile",
+    "profile plot": "plots a stored profile against its measurements",
+    "profile crossover": "kernel-level regime crossover of an expert block",
+    "dispatch solve": "one MoE layer's expert-block makespan from --profile (kernel level)",
+    "dispatch place": "expert placement on the --profile makespan (kernel level)",
+    "dispatch phase": "dispatch gain over the --profile makespan (kernel level)",
+    "claims list": "catalog listing",
+    "claims check": "a claim fixes its paper's own setup (engine included)",
+    "claims report": "a claim fixes its paper's own setup (engine included)",
+}
+# --engine whose default is not the shared one, with the reason.
+ENGINE_DEFAULTS = {"validate": "default: each measurement row's own engine column"}
 
 
 def _commands() -> dict[str, Any]:
@@ -69,6 +92,8 @@ def test_shared_options_have_one_default_everywhere() -> None:
                 continue
             if path in PROFILE_COMMANDS and name in ("--hardware", "--model") and p.default is None:
                 continue
+            if name == "--engine" and path in ENGINE_DEFAULTS:
+                continue
             want = SHARED[name]
             if name == "--model" and path in MOE_COMMANDS:
                 want = o.DEFAULT_MOE_MODEL  # or None where --counts gives the experts
@@ -92,3 +117,29 @@ def test_walk_sees_every_command() -> None:
         cmds
     )
     assert "--ttft-slo-ms" in _options(cmds["capacity"])
+
+
+def test_every_time_computing_command_takes_engine() -> None:
+    cmds = _commands()
+    missing = [
+        p for p, c in cmds.items() if p not in NO_ENGINE_COMMANDS and "--engine" not in _options(c)
+    ]
+    assert not missing, (
+        f"commands that compute a time need --engine (cli.options.EngineOpt): {missing}"
+    )
+    stale = sorted(set(NO_ENGINE_COMMANDS) - set(cmds))
+    assert not stale, f"NO_ENGINE_COMMANDS names commands that no longer exist: {stale}"
+    assert {"pd plan", "pd phase", "cache plan", "phase stability", "plan", "sweep"} <= {
+        p for p, c in cmds.items() if "--engine" in _options(c)
+    }
+
+
+def test_engine_option_has_one_help_everywhere() -> None:
+    texts = {
+        path: opt.help
+        for path, c in _commands().items()
+        if (opt := _options(c).get("--engine")) is not None
+        and path not in ENGINE_DEFAULTS
+        and not opt.required
+    }
+    assert len(texts) >= 9 and len(set(texts.values())) == 1, texts

@@ -137,15 +137,23 @@ def test_report_and_deploy_files_in_a_browser(tmp_path: Path, cache_dir: Path) -
     from tests.cli.browser import chromium, png_variety, render
 
     out, dep = tmp_path / "report.html", tmp_path / "deploy.txt"
-    r = _run([*ISSUE_CMD[:-1], "--out", str(out), "--deploy", str(dep)], cache_dir)
+    # engine-less, the issue command's fleet has a colocated pool (with engines it is PD
+    # only, which has no latency-vs-rate figure): every kind of figure is drawn
+    cmd = [*ISSUE_CMD[:-1], "--engine", "none"]
+    r = _run([*cmd, "--out", str(out), "--deploy", str(dep)], cache_dir)
     assert r.returncode == 0, r.stderr
     text = dep.read_text()
-    assert "--tensor-parallel-size" in text and "--max-num-batched-tokens" in text
-    assert "--tp_size" in text and "--mem-fraction-static" in text
+    assert "--tensor-parallel-size" in text and "--tp_size" in text
+    assert "--mem-fraction-static" in text
+    # a colocated pool runs chunked prefill under the planned budget; PD pools say their role
+    if "colocated, TP" in text:
+        assert "--max-num-batched-tokens" in text
+    if "prefill, TP" in text or "decode, TP" in text:
+        assert "trtllm-serve disaggregated" in text and "--disaggregation-mode" in text
     page = out.read_text()
     assert "<script src=" not in page and "<link " not in page  # self-contained
     assert page.count('class="plotly-graph-div"') >= 4
-    again = _run([*ISSUE_CMD[:-1], "--out", str(out)], cache_dir)
+    again = _run([*cmd, "--out", str(out)], cache_dir)
     assert again.returncode == 2 and "--force" in again.stderr
     if chromium() is None:
         pytest.skip("no chromium installed (apt-get install chromium); browser check skipped")

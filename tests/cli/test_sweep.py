@@ -10,6 +10,7 @@ from typer.testing import CliRunner
 
 from cli.main import app
 from hardware.device import load_device
+from hardware.engine import engine_for
 from perfmodel.errors import SpecError
 from perfmodel.estimate import estimate
 from perfmodel.model import load_model
@@ -53,14 +54,18 @@ def test_grid_is_enumerated_last_axis_fastest() -> None:
     assert c["dtype"] == "bf16"  # fixed parameters take estimate's defaults
 
 
-def test_rows_equal_estimate_exactly() -> None:
-    s = _spec()
+@pytest.mark.parametrize("engine", ["auto", "none", "vllm"])
+def test_rows_equal_estimate_exactly(engine: str) -> None:
+    s = _spec(engine=engine)
     rows = [r for c in range(s.chunks) for r in evaluate_chunk(s, c)]
     assert [r["index"] for r in rows] == list(range(s.size))
+    want = {"auto": "trtllm", "none": "none", "vllm": "vllm"}[engine]  # auto on an H100
+    assert {r["engine_id"] for r in rows} == {want}
     for r in rows[::5]:
         plan = ParallelPlan(tp=r["tp"], pp=r["pp"])
+        dev = load_device(r["hardware"])
         e = estimate(
-            Instance(load_model(r["model"]), load_device(r["hardware"]), plan),
+            Instance(load_model(r["model"]), dev, plan, engine=engine_for(r["engine"], dev)),
             batch=r["batch"],
             input_len=r["input_len"],
             output_len=r["output_len"],

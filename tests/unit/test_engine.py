@@ -190,3 +190,36 @@ def test_accuracy_note_quotes_the_stored_validation() -> None:
     note = e.accuracy_note("mi300x", "fp16")
     assert "uncalibrated on cdna3/fp16" in note and "±11 %" in note
     assert "not calibrated" in replace(e, provenance={}).accuracy_note("h100-sxm", "fp16")
+
+
+def test_the_default_engine_is_the_one_calibrated_on_the_family() -> None:
+    from hardware.engine import _families_file, default_engine_id, engine_files
+    from perfmodel.datafile import read_data_file
+
+    calibrated: dict[str, set[str]] = {}
+    for f in engine_files():
+        d = read_data_file(f, what="engine")
+        if d.get("default"):
+            for pair in d.get("calibrated", []):
+                calibrated.setdefault(pair.partition("/")[0], set()).add(d["family"])
+    by_family = _families_file()["default_engine"]["family"]
+    # every family some engine is calibrated on has a default, calibrated there
+    assert set(by_family) == set(calibrated)
+    assert all(by_family[fam] in engines for fam, engines in calibrated.items())
+    assert default_engine_id(load_device("h100-sxm")) == "trtllm"
+    assert default_engine_id(load_device("a100-sxm-80gb")) == "trtllm"
+    assert default_engine_id(load_device("mi250")) == "vllm"
+    assert default_engine_id(load_device("mi300x")) == "vllm"  # by vendor: uncalibrated
+    assert default_engine_id(load_device("tpu-v5e")) == "none"
+
+
+def test_engine_for_resolves_auto_none_and_names() -> None:
+    from hardware.engine import engine_for
+
+    h100 = load_device("h100-sxm")
+    assert engine_for(None, h100) is None and engine_for("none", h100) is None
+    assert engine_for("auto", h100) == load_engine("trtllm")
+    assert engine_for("vllm@0.5", h100) == load_engine("vllm")
+    assert engine_for("auto", load_device("tpu-v5e")) is None
+    with pytest.raises(SpecError, match="unknown engine"):
+        engine_for("carrier-pigeon", h100)
