@@ -31,24 +31,15 @@ def _positive(name: str, v: int) -> None:
         raise fail(f"{name} must be a positive integer, got {v}")
 
 
-def _offline(inst: Instance, label: str, input_len: int, output_len: int, json_out: bool) -> None:
-    from perfmodel.serving.offline import offline_throughput
+def _offline(inst: Instance, input_len: int, output_len: int, json_out: bool) -> None:
+    from perfmodel.serving.offline import OfflineReport, offline_throughput
 
     m, d, plan, eng = inst.model, inst.device, inst.plan, inst.engine
     r = offline_throughput(m, d, plan, input_len=input_len, output_len=output_len, engine=eng)
     if json_out:
-        echo_json(
-            {
-                "model": m.id,
-                "hardware": d.id,
-                "tp": plan.tp,
-                "pp": plan.pp,
-                "engine": eng.id if eng else None,
-                "engine_accuracy": label,
-                "offline": r.to_dict(),
-            }
-        )
+        echo_json(OfflineReport(inst, r))
         return
+    label = inst.engine_accuracy
     typer.echo(
         f"engine: {label}\n{m.id} on {plan.devices}x {d.id}, all requests queued, "
         f"{input_len} in / {output_len} out"
@@ -65,9 +56,7 @@ def _offline(inst: Instance, label: str, input_len: int, output_len: int, json_o
     )
 
 
-def _render_fit(
-    f: Any, m: Any, d: Any, *, tp: int, pp: int, batch: int, context_len: int
-) -> None:
+def _render_fit(f: Any, m: Any, d: Any, *, tp: int, pp: int, batch: int, context_len: int) -> None:
     """Feasibility first: fits (and how much KV), or DOES NOT FIT with what would."""
     from perfmodel.memory import describe_shortfall
 
@@ -124,7 +113,7 @@ def estimate_cmd(
 ) -> None:
     """Estimate TTFT, TPOT, throughput and memory fit for one static batch."""
     from hardware.device import load_device
-    from perfmodel.estimate import estimate
+    from perfmodel.estimate import EstimateReport, estimate
     from perfmodel.model import load_model
     from perfmodel.step.instance import Instance
 
@@ -149,28 +138,15 @@ def estimate_cmd(
         from hardware.engine import load_engine
 
         eng = load_engine(engine)
-    label = (
-        eng.accuracy_note(d.id, plan.act_dtype)
-        if eng
-        else "none (engine-less roofline: 25-110 % optimistic against published engines)"
-    )
     inst = Instance(m, d, plan, engine=eng)
     if offline:
-        _offline(inst, label, input_len, output_len, json_out)
+        _offline(inst, input_len, output_len, json_out)
         return
     e = estimate(inst, batch=batch, input_len=input_len, output_len=output_len)
     if json_out:
-        extra = {"precision": prec.to_dict(), "ep": plan.ep, "dp": plan.dp}
-        echo_json(
-            {
-                **e.to_dict(),
-                **extra,
-                "warnings": list(m.warnings),
-                "engine": eng.id if eng else None,
-                "engine_accuracy": label,
-            }
-        )
+        echo_json(EstimateReport(inst, e, prec))
         return
+    label = inst.engine_accuracy
     typer.echo(f"engine: {label}")
     f = e.memory
     where = f"{tp}x {d.id}" if pp == 1 else f"{plan.devices}x {d.id} (TP{tp} x PP{pp})"

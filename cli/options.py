@@ -111,13 +111,11 @@ EngineOpt = Annotated[
         "default: none (the engine-less roofline, 25-110 % optimistic against real engines)."
     ),
 ]
-NO_ENGINE_NOTE = "none (engine-less roofline: 25-110 % optimistic against published engines)"
 
 
 def engine_note(inst: Instance) -> str:
     """The engine an answer was modelled with, and the error to expect from validation."""
-    eng = inst.engine
-    return eng.accuracy_note(inst.device.id, inst.plan.act_dtype) if eng else NO_ENGINE_NOTE
+    return inst.engine_accuracy
 
 
 def build_instance(

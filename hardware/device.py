@@ -186,6 +186,33 @@ class Device:
         """Roofline ridge point: peak FLOP/s / HBM B/s."""
         return self.peak(dtype) / self.hbm_bw_bytes_per_s
 
+    def to_dict(self) -> dict[str, object]:
+        """The JSON of ``perfmodel hardware show`` (links as their fields)."""
+
+        def link(lk: Link | None) -> object:
+            return None if lk is None else dict(vars(lk))
+
+        return {
+            "id": self.id,
+            "name": self.name,
+            "vendor": self.vendor,
+            "kind": self.kind,
+            "peak_flops_per_s": self.peak_flops_per_s,
+            "ridge_flop_per_byte": {k: self.ridge_flop_per_byte(k) for k in self.peak_flops_per_s},
+            "hbm_bytes": self.hbm_bytes,
+            "hbm_bw_bytes_per_s": self.hbm_bw_bytes_per_s,
+            "memory_type": self.memory_type,
+            "sram_bytes": self.sram_bytes,
+            "scale_up": link(self.scale_up),
+            "host_link": link(self.host_link),
+            "scale_out": link(self.scale_out),
+            "tdp_w": self.tdp_w,
+            "dies_per_package": self.dies_per_package,
+            "die_link_bw_per_direction_bytes_per_s": self.die_link_bw_per_direction_bytes_per_s,
+            "sources": list(self.sources),
+            "notes": self.notes,
+        }
+
 
 def _req(table: dict[str, Any], key: str, where: str) -> Any:
     if key not in table:

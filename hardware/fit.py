@@ -48,11 +48,6 @@ from hardware.folds import (
 Arr = NDArray[np.float64]
 
 
-
-
-
-
-
 CV_TOLERANCE_PT = 0.1  # choose the fewest pieces within this many points of the best
 
 

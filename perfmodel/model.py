@@ -298,6 +298,12 @@ class ModelSpec:
             return 1
         return min(tp, self.kv_heads)
 
+    def to_dict(self) -> dict[str, object]:
+        """The JSON of ``perfmodel model show`` (``perfmodel.modelcfg.summary``)."""
+        from perfmodel.modelcfg.summary import model_summary
+
+        return model_summary(self)
+
     def check_tp(self, tp: int) -> None:
         """Raise SpecError unless tensor parallelism ``tp`` divides the heads evenly."""
         if not (isinstance(tp, int) and tp >= 1):

@@ -9,7 +9,6 @@ from reports.stability_sweep import StabilityPhase
 REGIMES = ("slo-feasible", "stable", "unstable")
 
 
-
 # green / amber / red: told apart by hue and lightness (not two greens)
 _COLORS = {"slo-feasible": "#1a9850", "stable": "#fdd65c", "unstable": "#d73027"}
 

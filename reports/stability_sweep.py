@@ -54,7 +54,6 @@ from perfmodel.workload.slo import SLO
 REGIMES = ("slo-feasible", "stable", "unstable")
 
 
-
 QUEUE_GROWTH_UNSTABLE = 0.10
 
 

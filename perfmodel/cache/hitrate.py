@@ -48,7 +48,6 @@ from perfmodel.moe.routing import expert_popularity
 Arr = NDArray[np.float64]
 
 
-
 _QUAD_NODES = 96
 
 

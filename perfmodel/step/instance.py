@@ -45,6 +45,9 @@ from perfmodel.step.time import StepTime, step_time
 
 Arr = NDArray[np.float64]
 
+#: What an answer without an engine model is worth (the published-engine validation).
+NO_ENGINE_NOTE = "none (engine-less roofline: 25-110 % optimistic against published engines)"
+
 #: Features a calibrated iteration profile may use, each a sum over the iteration's
 #: sequences: ``prefill_tokens`` Σl, ``prefill_tokens_sq`` Σ(l² + 2·l·c) (= Σl² for fresh
 #: prompts), ``prefill_seqs`` the prompts, ``decode_seqs`` the decoding requests,
@@ -146,6 +149,12 @@ class Instance:
                 + "; no room for a KV cache"
             )
         return fit.kv_capacity_tokens
+
+    @property
+    def engine_accuracy(self) -> str:
+        """The engine the answers are modelled with, and the error to expect from validation."""
+        eng = self.engine
+        return eng.accuracy_note(self.device.id, self.plan.act_dtype) if eng else NO_ENGINE_NOTE
 
     def with_plan(self, plan: ParallelPlan) -> Instance:
         return Instance(self.model, self.device, plan, self.profile, self.engine)

@@ -24,14 +24,14 @@ CALIBRATION = tuple(
     f"h100-sxm,llama-2-7b,vllm,fp16,fp16,1,1,{n},{n},{b},total_tps_total,{v},,,"
     for n, b, v in ((128, 1, 160.0), (512, 16, 1900.0), (1024, 64, 4000.0))
 )
-SWEEP = '''chunk = 4
+SWEEP = """chunk = 4
 [grid]
 model = "llama-3.1-8b"
 hardware = "h100-sxm"
 batch = [1, 8]
 input_len = 128
 output_len = [2, 8]
-'''
+"""
 
 
 def _gemm_csv(path: Path) -> Path:
