@@ -111,7 +111,12 @@ def solve_cmd(
 ) -> None:
     """Dispatch one batch over GPUs holding expert replicas; compare the methods."""
     from perfmodel.units import ms
-    from solvers.dispatch.solve import dispatch, make_problem, round_robin_placement
+    from solvers.dispatch.solve import (
+        DispatchComparison,
+        dispatch,
+        make_problem,
+        round_robin_placement,
+    )
 
     if method != "all" and method not in SOLVE_METHODS:
         raise fail(f"--method must be one of {', '.join(SOLVE_METHODS)}, all; got {method!r}")
@@ -124,19 +129,9 @@ def solve_cmd(
     pl = round_robin_placement(len(c), gpus, replicas=replicas)
     p = make_problem(c, pl, prof, tile_rows=tile_rows)
     methods = SOLVE_METHODS if method == "all" else (method,)
-    res = [dispatch(p, mm, time_limit_s=time_limit_s) for mm in methods]
+    res = tuple(dispatch(p, mm, time_limit_s=time_limit_s) for mm in methods)
     if json_out:
-        echo_json(
-            {
-                "model": m.id,
-                "hardware": d.id,
-                "gpus": gpus,
-                "replicas": replicas,
-                "batch": source,
-                "profile": _profile_info(prof),
-                "results": [r.to_dict() for r in res],
-            }
-        )
+        echo_json(DispatchComparison(m.id, d.id, gpus, replicas, source, prof.provenance, res))
         return
     typer.echo(f"{m.id} experts on {gpus}x {d.id}, {replicas} replica(s) each; batch: {source}")
     typer.echo(f"expert-block profile: {_profile_text(prof)}")
@@ -184,7 +179,7 @@ def place_cmd(
     """EPLB vs the ILP placement on the expected makespan of the load samples."""
     from perfmodel.moe.routing import batch_for_model, load_counts_csv
     from perfmodel.units import S_PER_US, ms
-    from solvers.placement.place import place_ilp
+    from solvers.placement.place import PlacementReport, place_ilp
 
     m, d, prof = _setup(model, hardware)
     E = m.moe.num_experts
@@ -204,22 +199,8 @@ def place_cmd(
         migration_cost_s=migration_cost_us * S_PER_US,
         time_limit_s=time_limit_s,
     )
-    out = {
-        "model": m.id,
-        "hardware": d.id,
-        "gpus": gpus,
-        "slots_per_gpu": slots,
-        "status": r.status,
-        "expected_makespan_s": r.expected_makespan_s,
-        "eplb_expected_makespan_s": r.eplb_expected_makespan_s,
-        "gain": r.gain,
-        "replicas_per_gpu": r.placement.slots_used.tolist(),
-        "placement": r.placement.replicas.tolist(),
-        "solve_time_s": r.solve_time_s,
-        "message": r.message,
-    }
     if json_out:
-        echo_json(out)
+        echo_json(PlacementReport(m.id, d.id, gpus, slots, r))
         return
     typer.echo(
         f"{m.id}: {E} experts on {gpus}x {d.id}, {slots} slots per GPU, {len(S)} load sample(s)"
@@ -231,11 +212,6 @@ def place_cmd(
     )
     if r.message:
         typer.echo(f"  note: {r.message}")
-
-
-def _profile_info(prof: Any) -> dict[str, Any]:
-    pv = prof.provenance
-    return {"source": pv.source, "op": pv.op, "device": pv.device, "heldout_mape": pv.heldout_mape}
 
 
 def _profile_text(prof: Any) -> str:
@@ -301,7 +277,7 @@ def phase_cmd(
         )
     write_atomic(out, phase_figure_html([diag]), force=force)
     if json_out:
-        echo_json({**diag.to_dict(), "profile": _profile_info(prof)})
+        echo_json(diag)
         return
     typer.echo(f"{m.id} on {gpus}x {d.id} (EP over {diag.link}); wrote {out}")
     typer.echo(f"expert-block profile: {_profile_text(prof)}, n* = {diag.n_star_tokens:.0f}")

@@ -76,6 +76,16 @@ class FitResult:
     residual_train_mdape_pct: float | None = None
     residual_heldout_mdape_pct: float | None = None
 
+    def to_dict(self) -> dict[str, object]:
+        keys = ("rows", "groups", "pieces", "train_mdape_pct", "heldout_mdape_pct")
+        return {
+            **{k: getattr(self, k) for k in keys},
+            "residual_train_mdape_pct": self.residual_train_mdape_pct,
+            "residual_heldout_mdape_pct": self.residual_heldout_mdape_pct,
+            "cv_mdape_pct_by_pieces": {str(k): v for k, v in self.cv_mdape_pct_by_pieces.items()},
+            "profile": self.profile.to_dict(),
+        }
+
 
 def _check_xy(X: ArrayLike, y: ArrayLike) -> tuple[Arr, Arr]:
     Xa = np.asarray(X, dtype=np.float64)
