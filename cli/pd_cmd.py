@@ -247,7 +247,7 @@ def plan_cmd(
         dp=dp,
     )
     if json_out:
-        echo_json(p.to_dict())
+        echo_json(p)
         return
     typer.echo(_plan_text(p))
     if profiles and p.colocated is not None:
@@ -334,7 +334,10 @@ def phase_cmd(
         )
     write_atomic(out, phase_figure_html([lens, slos]), force=force)
     if json_out:
-        echo_json({"out": str(out), "lengths": lens.to_dict(), "slo": slos.to_dict()})
+        from reports.pd_plot import PDPhaseSweeps
+        from reports.written import Written
+
+        echo_json(Written(out, PDPhaseSweeps(lens, slos)))
         return
     for d in (lens, slos):
         typer.echo(

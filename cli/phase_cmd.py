@@ -144,7 +144,7 @@ def stability_cmd(
         )
     write_atomic(out, stability_html(phase), force=force)
     if json_out:
-        echo_json(phase.to_dict())
+        echo_json(phase)
         return
     typer.echo(f"{m.id} on {plan.tp}x {d.id}, workload {w.name}; wrote {out}")
     for p in phase.panels:

@@ -196,12 +196,9 @@ def plan_cmd(
         write_atomic(deploy, deploy_config(result, model_sources=m.sources), force=force)
     elapsed = time.perf_counter() - t0
     if json_out:
-        from reports.plan_deploy import deploy_dict
+        from reports.plan_deploy import PlanReport
 
-        d = result.to_dict()
-        d["deploy"] = deploy_dict(result, model_sources=m.sources)
-        d["elapsed_s"] = elapsed
-        echo_json(d)
+        echo_json(PlanReport(result, m.sources, elapsed))
         return
     _print(result, rate, elapsed, out, deploy)
 

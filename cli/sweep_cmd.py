@@ -62,7 +62,7 @@ def sweep_cmd(
     else:
         run = run_sweep(spec, out, scheduler=scheduler, workers=workers, resume=resume, force=force)
     if json_out:
-        echo_json(run.to_dict())
+        echo_json(run)
         return
     typer.echo(
         f"{run.configurations:,} configurations in {run.chunks} chunks -> {run.out}: "

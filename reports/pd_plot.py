@@ -171,6 +171,17 @@ def _cell(
     return PDCell(x, y, regime, dis, c, gain, gr, ir, pl, dl, note)
 
 
+@dataclass(frozen=True)
+class PDPhaseSweeps:
+    """``perfmodel pd phase``'s two diagrams: over the lengths and over the SLO."""
+
+    lengths: PDPhaseDiagram
+    slo: PDPhaseDiagram
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lengths": self.lengths.to_dict(), "slo": self.slo.to_dict()}
+
+
 def length_sweep(
     model: ModelSpec,
     devices: Sequence[Device],

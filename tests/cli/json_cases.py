@@ -55,15 +55,17 @@ def _long_csv(path: Path, lines: tuple[str, ...]) -> Path:
     return path
 
 
-def json_cases(tmp: Path) -> dict[str, list[str]]:
-    """Command path -> arguments (``--json`` included); files are written under ``tmp``."""
-    gemm = _gemm_csv(tmp / "gemm.csv")
-    shapes = tmp / "shapes.csv"
-    shapes.write_text("m,n,k,dtype\n16,4096,4096,bf16\n128,8192,4096,fp8\n", encoding="utf-8")
-    spec = tmp / "sweep.toml"
-    spec.write_text(SWEEP, encoding="utf-8")
-    meas = _long_csv(tmp / "m.csv", MEASUREMENTS)
-    cal = _long_csv(tmp / "cal.csv", CALIBRATION)
+def json_cases(tmp: Path, *, write: bool = True) -> dict[str, list[str]]:
+    """Command path -> arguments (``--json`` included); with ``write`` the input files are
+    written under ``tmp`` (without: only the names, e.g. to list the commands)."""
+    gemm, shapes, spec = tmp / "gemm.csv", tmp / "shapes.csv", tmp / "sweep.toml"
+    meas, cal = tmp / "m.csv", tmp / "cal.csv"
+    if write:
+        _gemm_csv(gemm)
+        shapes.write_text("m,n,k,dtype\n16,4096,4096,bf16\n128,8192,4096,fp8\n", encoding="utf-8")
+        spec.write_text(SWEEP, encoding="utf-8")
+        _long_csv(meas, MEASUREMENTS)
+        _long_csv(cal, CALIBRATION)
     moe = ["--model", "qwen3-30b-a3b", "--hardware", "h100-sxm"]
     fit = ["--data", str(gemm), "--features", "gemm", "--time-col", "latency_ms",
            "--hardware", "h100-sxm", "--group-cols", "n,k", "--op", "gemm_bf16",
