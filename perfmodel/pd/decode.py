@@ -263,19 +263,10 @@ def decode_goodput(profile: DecodeProfile, slo: SLO) -> PhaseGoodput:
     en = float(np.dot(profile.step_weights, profile.steps))
     cap = profile.slots / (en * profile.step_at(profile.slots)) / profile.multi_fraction
     link_cap = 1.0 / profile.receive_s_mean if profile.receive_s_mean > 0 else math.inf
+    goodput = PhaseGoodput.of(cfg, cap, link_cap, profile.kv_capacity_tokens)
     if floor > slo.tpot_s:
-        return PhaseGoodput(
-            cfg,
-            False,
-            0.0,
-            0.0,
-            cap,
-            link_cap,
-            "tpot",
-            floor,
-            floor,
-            profile.kv_capacity_tokens,
-            f"unloaded p{q * 100:g} TPOT is {floor * MS_PER_S:.2f} ms",
+        return goodput(
+            0.0, "tpot", floor, floor, f"unloaded p{q * 100:g} TPOT is {floor * MS_PER_S:.2f} ms"
         )
     hi = cap * 1.05
     rate = max_rate(lambda r: profile.tpot_cdf(r, slo.tpot_s) >= q, hi)
@@ -286,17 +277,11 @@ def decode_goodput(profile: DecodeProfile, slo: SLO) -> PhaseGoodput:
     limiter = profile.slot_limit if free_rate > 1.02 * rate else "tpot"
     nbar = profile.mean_batch(rate) or profile.slots
     quant = _tpot_quantile(profile, rate, q)
-    return PhaseGoodput(
-        cfg,
-        rate > 0,
+    return goodput(
         rate,
-        rate / cfg.gpus,
-        cap,
-        link_cap,
         limiter,
         floor,
         quant,
-        profile.kv_capacity_tokens,
         f"{rate:.3g} req/s with a mean batch of {nbar:.1f} of {profile.slots:.0f} slots",
     )
 

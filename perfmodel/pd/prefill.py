@@ -221,34 +221,24 @@ def prefill_goodput(profile: PrefillProfile, slo: SLO, *, model: ModelSpec) -> P
     link_cap = profile.link_capacity_per_s
     link_bound = link_cap <= 1.0 / float(np.dot(profile.weights, profile.occupancy_s))
     kv_cap = memory_fit(model, cfg.device, cfg.plan).kv_capacity_tokens
+    goodput = PhaseGoodput.of(cfg, cap, link_cap, kv_cap)
+    limiter = "kv-link" if link_bound else "ttft"
     if floor > slo.ttft_s:
         x_q = weighted_quantile(profile.transfer_s, profile.weights, q)
-        return PhaseGoodput(
-            cfg,
-            False,
+        return goodput(
             0.0,
-            0.0,
-            cap,
-            link_cap,
-            "kv-link" if link_bound else "ttft",
+            limiter,
             floor,
             floor,
-            kv_cap,
             f"unloaded p{q * 100:g} TTFT is {floor * MS_PER_S:.1f} ms (KV transfer "
             f"{x_q * MS_PER_S:.1f} ms of it over {profile.link.name})",
         )
     rate = max_rate(lambda r: profile.ttft_cdf(r, slo.ttft_s) >= q, cap)
     quant = profile.ttft_quantile_s(rate, q)
-    return PhaseGoodput(
-        cfg,
-        rate > 0,
+    return goodput(
         rate,
-        rate / cfg.gpus,
-        cap,
-        link_cap,
-        "kv-link" if link_bound else "ttft",
+        limiter,
         floor,
         quant,
-        kv_cap,
         f"{rate:.3g} req/s at {rate / cap:.0%} of the prefill capacity {cap:.3g} req/s",
     )
