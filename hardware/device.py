@@ -52,10 +52,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from perfmodel import datafile
 from perfmodel.datafile import read_data_file
 from perfmodel.dtypes import DTYPE_NAMES, get_dtype
 from perfmodel.errors import SpecError
@@ -322,8 +322,7 @@ def load_device_file(path: str | Path) -> Device:
 
 def catalog_ids() -> list[str]:
     """Ids of the built-in devices, sorted."""
-    files = resources.files("hardware.catalog").iterdir()
-    return sorted(f.name.removesuffix(".toml") for f in files if f.name.endswith(".toml"))
+    return datafile.catalog_ids("hardware.catalog")
 
 
 def load_device(id_or_path: str | Path) -> Device:
@@ -331,9 +330,6 @@ def load_device(id_or_path: str | Path) -> Device:
     s = str(id_or_path)
     if s.endswith(".toml") or "/" in s or Path(s).is_file():
         return load_device_file(s)
-    ids = catalog_ids()
-    if s not in ids:
-        raise SpecError(f"unknown hardware id {s!r}; valid ids: {', '.join(ids)} (or a .toml path)")
-    ref = resources.files("hardware.catalog").joinpath(f"{s}.toml")
-    with resources.as_file(ref) as p:
-        return load_device_file(p)
+    return datafile.load_catalog_entry(
+        "hardware.catalog", s, load_device_file, kind="hardware", other="a .toml path"
+    )
