@@ -55,6 +55,7 @@ from numpy.typing import NDArray
 from perfmodel.cache.paging import OffloadedExperts, step_with_misses_s
 from perfmodel.serving.latency import LatencyEstimate
 from perfmodel.serving.poisson import poisson_pmf, poisson_ppf
+from perfmodel.serving.search import cdf_quantile
 from perfmodel.serving.servemix import mix_batch
 from perfmodel.serving.service import ServiceRate, latency
 from perfmodel.step.table import StepTable
@@ -190,12 +191,7 @@ class OffloadLatency:
             return math.inf
         lo = self.base.ttft_quantile_s(q)
         hi = lo + float(self.own_chunks.max()) * self.prefill_fetch_s + self.fetch_s
-        for _ in range(40):
-            if hi - lo <= 1e-4 * hi:
-                break
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if self.ttft_cdf(mid) < q else (lo, mid)
-        return hi
+        return cdf_quantile(self.ttft_cdf, q, lo, hi, iterations=40, rel_tol=1e-4)
 
 
 def _unbounded(rate_per_s: float, base: LatencyEstimate) -> OffloadLatency:

@@ -32,7 +32,7 @@ from perfmodel.pd.config import (
     weighted_quantile,
 )
 from perfmodel.serving.classic_queues import erlang_c
-from perfmodel.serving.search import max_rate
+from perfmodel.serving.search import cdf_quantile, max_rate
 from perfmodel.serving.servemix import compress_atoms
 from perfmodel.step.batch import Batch
 from perfmodel.units import MS_PER_S
@@ -290,10 +290,4 @@ def _tpot_quantile(profile: DecodeProfile, rate: float, q: float) -> float:
     lo, hi = 0.0, float(profile.step_s.max()) * 4 + 1.0
     if profile.tpot_cdf(rate, hi) < q:
         return math.inf
-    for _ in range(50):
-        mid = 0.5 * (lo + hi)
-        if profile.tpot_cdf(rate, mid) < q:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return cdf_quantile(lambda x: profile.tpot_cdf(rate, x), q, lo, hi, iterations=50)

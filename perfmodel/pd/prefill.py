@@ -41,7 +41,7 @@ from perfmodel.pd.config import (
     kv_transfer_time_s,
     weighted_quantile,
 )
-from perfmodel.serving.search import max_rate
+from perfmodel.serving.search import cdf_quantile, max_rate
 from perfmodel.serving.servemix import compress_atoms
 from perfmodel.step.batch import Batch
 from perfmodel.units import MS_PER_S
@@ -161,13 +161,7 @@ class PrefillProfile:
         hi = 2.0 * lo + 1.0
         while self.ttft_cdf(rate_per_s, hi) < q:
             hi *= 2.0
-        for _ in range(60):
-            mid = 0.5 * (lo + hi)
-            if self.ttft_cdf(rate_per_s, mid) < q:
-                lo = mid
-            else:
-                hi = mid
-        return hi
+        return cdf_quantile(lambda x: self.ttft_cdf(rate_per_s, x), q, lo, hi, iterations=60)
 
 
 def prefill_profile(
