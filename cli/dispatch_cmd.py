@@ -219,20 +219,6 @@ def _profile_text(prof: Any) -> str:
     return f"{pv.source} ({pv.op} on {pv.device})"
 
 
-def _int_list(s: str, name: str) -> list[int]:
-    try:
-        return [int(v) for v in s.split(",") if v.strip()]
-    except ValueError:
-        raise fail(f"{name} must be comma-separated integers, got {s!r}") from None
-
-
-def _float_list(s: str, name: str) -> list[float]:
-    try:
-        return [float(v) for v in s.split(",") if v.strip()]
-    except ValueError:
-        raise fail(f"{name} must be comma-separated numbers, got {s!r}") from None
-
-
 @app.command("phase")
 @handle_errors
 def phase_cmd(
@@ -253,13 +239,13 @@ def phase_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Phase diagram: gain of makespan-aware dispatch over the best proxy."""
+    from cli.validate import parse_list
     from reports.dispatch_phase import phase_diagram, phase_figure_html
 
     if out.exists() and not force:
         raise fail(f"{out} exists; pass --force to overwrite it")
-    tl, sl = _int_list(tokens_per_gpu, "--tokens-per-gpu"), _float_list(skews, "--skews")
-    if not tl or not sl:
-        raise fail("--tokens-per-gpu and --skews need at least one value each")
+    tl = [int(v) for v in parse_list("tokens_per_gpu", tokens_per_gpu)]
+    sl = parse_list("skews", skews)
     m, d, prof = _setup(model, hardware, profile)
     with progress(len(tl) * len(sl), "cells") as tick:
         diag = phase_diagram(

@@ -257,16 +257,6 @@ def plan_cmd(
         )
 
 
-def _floats(text: str, name: str, scale: float = 1.0) -> list[float]:
-    try:
-        vals = [float(v) * scale for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise fail(f"{name} must be a comma-separated list of numbers, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise fail(f"{name} needs positive numbers")
-    return vals
-
-
 @app.command("phase")
 @handle_errors
 def phase_cmd(
@@ -293,6 +283,7 @@ def phase_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Phase diagrams of the P:D ratio and disaggregation gain (lengths and SLO sweeps)."""
+    from cli.validate import parse_list
     from hardware.device import load_device
     from perfmodel.model import load_model
     from reports.pd_plot import length_sweep, phase_figure_html, slo_sweep
@@ -301,9 +292,9 @@ def phase_cmd(
         raise fail(f"{out} exists; pass --force to overwrite it")
     w = _workload(workload, trace)
     slo = _slo(ttft_slo_ms, tpot_slo_ms, slo_percentile)
-    ins = [int(v) for v in _floats(inputs, "--inputs")]
-    outs = [int(v) for v in _floats(outputs, "--outputs")]
-    scales = _floats(slo_scales, "--slo-scales")
+    ins = [int(v) for v in parse_list("inputs", inputs)]
+    outs = [int(v) for v in parse_list("outputs", outputs)]
+    scales = parse_list("slo_scales", slo_scales)
     m = load_model(model)
     pdev = load_device(hardware)
     ddev = [load_device(decode_hardware)] if decode_hardware else None
