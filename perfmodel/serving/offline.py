@@ -71,10 +71,7 @@ class OfflineReport:
     def to_dict(self) -> dict[str, object]:
         inst = self.instance
         return {
-            "model": inst.model.id,
-            "hardware": inst.device.id,
-            "tp": inst.plan.tp,
-            "pp": inst.plan.pp,
+            **inst.ids(),
             "engine": inst.engine.id if inst.engine else None,
             "engine_accuracy": inst.engine_accuracy,
             "offline": self.offline.to_dict(),

@@ -35,10 +35,7 @@ class SimulationReport:
         plan = inst.plan
         dists = {"ttft": res.ttft(), "tpot": res.tpot(), "e2e": res.e2e()}
         return {
-            "model": inst.model.id,
-            "hardware": inst.device.id,
-            "tp": plan.tp,
-            "pp": plan.pp,
+            **inst.ids(),
             "devices": plan.devices,
             "workload": self.workload.name,
             "rate_per_s": self.rate_per_s,

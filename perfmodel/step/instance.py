@@ -150,6 +150,15 @@ class Instance:
             )
         return fit.kv_capacity_tokens
 
+    def ids(self) -> dict[str, object]:
+        """Model, hardware, TP and PP: what a result's JSON names the instance by."""
+        return {
+            "model": self.model.id,
+            "hardware": self.device.id,
+            "tp": self.plan.tp,
+            "pp": self.plan.pp,
+        }
+
     @property
     def engine_accuracy(self) -> str:
         """The engine the answers are modelled with, and the error to expect from validation."""
