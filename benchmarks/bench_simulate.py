@@ -25,6 +25,7 @@ from perfmodel.plan import ParallelPlan
 from perfmodel.serving import service as q
 from perfmodel.serving.servemix import DEFAULT_WATERMARK
 from perfmodel.sim.engine import run_engine
+from perfmodel.sim.engine_state import EngineState
 from perfmodel.sim.simulate import make_setup, simulate_workload
 from perfmodel.step.instance import Instance
 from perfmodel.step.table import build_step_table
@@ -100,11 +101,12 @@ def engine_rates(n_requests: int = 20_000, repeats: int = 3) -> list[tuple[str, 
             rates = []
             for _ in range(repeats):
                 t0 = time.perf_counter()
-                r = run_engine(
+                state = EngineState(
                     table, arr, s_in, o_out, kv_capacity_tokens=M, max_batched_tokens=B,
                     chunk_size=B, reserve_tokens=int(DEFAULT_WATERMARK * M),
-                    max_time_s=float("inf"), queue_samples=2000, skip_ahead=skip,
+                    max_time_s=float("inf"), queue_samples=2000,
                 )  # fmt: skip
+                r = run_engine(state, skip_ahead=skip)
                 rates.append(r.iterations / (time.perf_counter() - t0))
             out.append(
                 (

@@ -36,7 +36,7 @@ COMMANDS: list[list[str]] = [
     ["dispatch", "place", "--model", "qwen3-30b-a3b", "--tokens", "2048", "--skew", "1.0",
      "--gpus", "8", "--slots-per-gpu", "20", "--hardware", "h100-sxm", "--time-limit-s", "10"],
     ["profile", "crossover", "--hardware", "h100-sxm", "--model", "qwen3-235b-a22b"],
-]
+]  # fmt: skip
 VOLATILE = {"elapsed_s", "solve_s", "solve_time_s", "wall_s", "time_s", "runtime_s"}
 
 
@@ -44,7 +44,7 @@ def run(cmd: list[str]) -> object:
     out = subprocess.run(
         [sys.executable, "-m", "cli.main", *cmd, "--json"],
         cwd=REPO, capture_output=True, text=True, timeout=600, check=False,
-    )
+    )  # fmt: skip
     if out.returncode != 0:
         return {"exit": out.returncode, "stderr": out.stderr.strip()[-300:]}
     return json.loads(out.stdout)

@@ -166,47 +166,6 @@ def _plan(spec: Any) -> Any:
         return plan_cache_budget(spec, progress=tick)
 
 
-def plan_dict(plan: Any) -> dict[str, Any]:
-    from perfmodel.units import GiB
-
-    ev = plan.evaluation
-    out: dict[str, Any] = {
-        "feasible": plan.feasible,
-        "objective": plan.objective_kind,
-        "objective_value": plan.objective,
-        "explanation": plan.explanation,
-        "usable_gib": plan.usable_bytes / GiB,
-        "weights_gib": plan.weights_bytes / GiB,
-        "activation_reserve_gib": plan.reserve_bytes / GiB,
-        "pool_budget_gib": plan.pool_budget_bytes / GiB,
-        "split_gib": {k: v / GiB for k, v in plan.split_bytes.items()},
-        "kv_capacity_tokens": plan.kv_capacity_tokens,
-        "experts_cached_per_layer": plan.expert_capacity,
-        "adapters_resident": plan.adapters_resident,
-        "binding_resource": plan.binding_resource,
-        "marginal_objective_per_gib": plan.marginal_per_gib,
-        "marginal_service_rate_per_s_per_gib": plan.marginal_service_rate_per_gib,
-        "solver": plan.solver,
-    }
-    if ev is not None:
-        out["at_rate"] = {
-            "stable": ev.stable,
-            "service_rate_per_s": ev.service_rate_per_s,
-            "bound": ev.binding,
-            "utilization": ev.utilization,
-            "tpot_mean_ms": ev.tpot_mean_s * MS_PER_S,
-            "tpot_quantile_ms": ev.tpot_quantile_s * MS_PER_S,
-            "ttft_quantile_ms": ev.ttft_quantile_s * MS_PER_S,
-            "slo_attainment": ev.attainment,
-            "slo_goodput_per_s": ev.slo_goodput_per_s,
-            "expert_misses_per_step": ev.expert_misses_per_step,
-            "expert_fetch_ms_per_step": ev.expert_penalty_s * MS_PER_S,
-            "adapter_hit_ratio": ev.adapter_hit_ratio,
-            "adapter_load_ms": ev.adapter_load_s * MS_PER_S,
-        }
-    return out
-
-
 @app.command("plan")
 @handle_errors
 def plan_cmd(
@@ -291,17 +250,21 @@ def plan_cmd(
         kv_dtype=kv_dtype,
         engine=engine,
     )
+    from reports.cache_plot import CachePlanReport, hit_curves
+    from reports.written import Engined
+
     plan = _plan(spec)
-    d = plan_dict(plan)
-    d.update(po.engine_json(spec.instance, engine))
+    curves = hit_curves(spec) if out is not None else []
+    eng_json, eng_lines = po.engines_for([spec.device], spec.plan.act_dtype, engine)
     if out is not None:
-        d.update(_write_figure(out, spec, plan, force=force))
+        _write_figure(out, spec, plan, curves, force=force)
     if json_out:
-        echo_json(d)
+        echo_json(Engined(CachePlanReport(plan, out, tuple(curves)), eng_json))
         return
+    d = plan.to_dict()
     if out is not None:
         typer.echo(f"wrote {out}")
-    typer.echo(f"engine: {d['engine_accuracy']}")
+    typer.echo("\n".join(eng_lines))
     head = f"{spec.model.id} on {spec.plan.tp}x {spec.device.id}, {spec.workload.name} at "
     typer.echo(head + f"{spec.rate_per_s:g} req/s")
     if not plan.feasible:
@@ -331,11 +294,10 @@ def plan_cmd(
     typer.echo(table(rows, ["pool", f"Δ{objective} per GiB", "Δμ req/s per GiB"]))
 
 
-def _write_figure(out: Path, spec: Any, plan: Any, *, force: bool) -> dict[str, Any]:
-    """Write the split figure and the hit-ratio curves; their JSON for ``--json``."""
+def _write_figure(out: Path, spec: Any, plan: Any, curves: list[Any], *, force: bool) -> None:
+    """Write the split figure and the hit-ratio curves."""
     from reports.cache_plot import cache_figure, figure_html
 
-    curves = _hit_curves(spec)
     slo = spec.slo
     title = (
         f"Cache budget: {spec.model.id} on {spec.plan.tp}x {spec.device.id}, "
@@ -344,45 +306,3 @@ def _write_figure(out: Path, spec: Any, plan: Any, *, force: bool) -> dict[str, 
     )
     fig = cache_figure(plan, curves, title=title, rate_per_s=spec.rate_per_s)
     write_atomic(out, figure_html(fig), force=force)
-    return {
-        "out": str(out),
-        "hit_curves": [
-            {"name": c.label, "cache_size": c.sizes, "hit_ratio": c.hit_ratio} for c in curves
-        ],
-    }
-
-
-def _hit_curves(spec: Any) -> list[Any]:
-    import numpy as np
-
-    from perfmodel.cache.hitrate import che_lru, che_lru_steps, static_hit_ratio, step_activation
-    from reports.cache_plot import HitCurve
-
-    curves = []
-    if spec.offload_experts and spec.expert_activation is not None:
-        e = spec.model.moe.num_experts
-        sizes = np.unique(np.linspace(0, e, min(e, 32) + 1).round())
-        a = step_activation(spec.expert_activation, 1.0)
-        curves.append(
-            HitCurve(
-                "experts, LRU (Che), 1 token/step",
-                sizes,
-                np.array([che_lru_steps(a, c).hit_ratio for c in sizes]),
-            )
-        )
-        curves.append(
-            HitCurve(
-                "experts, static top-C", sizes, np.array([static_hit_ratio(a, c) for c in sizes])
-            )
-        )
-    if spec.adapters:
-        from perfmodel.workload.popularity import zipf_popularity
-
-        p = zipf_popularity(spec.adapters, spec.adapter_zipf)
-        sizes = np.unique(np.geomspace(1, spec.adapters, 30).round())
-        curves.append(
-            HitCurve(
-                "adapters, LRU (Che)", sizes, np.array([che_lru(p, c).hit_ratio for c in sizes])
-            )
-        )
-    return curves

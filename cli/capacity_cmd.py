@@ -38,7 +38,6 @@ from cli.options import (
     build_instance,
     build_slo,
     build_workload,
-    engine_note,
 )
 from cli.plan_options import plan_label
 from perfmodel.units import MS_PER_S
@@ -123,11 +122,10 @@ def capacity_cmd(
         max_batched_tokens=max_batched_tokens,
         chunk_size=chunk_size,
     )
-    note = engine_note(rep.instance, engine)
     if json_out:
-        echo_json({**rep.to_dict(), "engine_accuracy": note})
+        echo_json(rep)
         return
-    typer.echo(f"engine: {note}")
+    typer.echo(f"engine: {rep.instance.engine_accuracy}")
     _render_capacity(rep)
 
 
@@ -228,8 +226,7 @@ def simulate_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Discrete-event simulation: TTFT/TPOT/E2E distributions, throughput, queue growth."""
-    from perfmodel.serving import service as q
-    from perfmodel.sim.simulate import make_setup, simulate_engines, simulate_workload
+    from perfmodel.sim.report import simulate_instance
 
     if requests < 1:
         raise fail(f"--requests must be >= 1, got {requests}")
@@ -249,77 +246,25 @@ def simulate_cmd(
         dp=dp,
         engine=engine,
     )
-    m, d, plan = inst.model, inst.device, inst.plan
     w = build_workload(workload, trace, arrival_cv, trace_model)
     n_sim = w.trace.n if w.trace is not None and rate_per_s is None else requests
     _check_sim_work(n_sim, w.lengths, max_batched_tokens)
-    sr = q.service_rate(
+    rep = simulate_instance(
         inst,
         w,
+        rate_per_s=rate_per_s,
+        time_scale=time_scale,
+        requests=requests,
+        seed=seed,
         kv_capacity_tokens=kv_capacity_tokens,
         max_batched_tokens=max_batched_tokens,
         chunk_size=chunk_size,
     )
-    setup = make_setup(
-        inst,
-        kv_capacity_tokens=sr.engine_kv_capacity_tokens,  # one virtual engine's share
-        max_batched_tokens=sr.max_batched_tokens,
-        chunk_size=sr.chunk_size,
-    )
-    if w.trace is not None and rate_per_s is None:
-        tr = w.trace
-        res = simulate_engines(
-            setup,
-            arrival_s=tr.replay_times_s(time_scale),
-            input_tokens=tr.input_tokens,
-            output_tokens=tr.output_tokens,
-            engines=plan.pp,
-            seed=seed,
-        )
-        rate = tr.rate_per_s * time_scale
-    else:
-        from perfmodel.workload.arrivals import check_rate
-
-        rate = rate_per_s if rate_per_s is not None else 0.7 * sr.rate_per_s
-        check_rate(rate)
-        res = simulate_workload(
-            setup, w.lengths, w.arrivals(rate), n_requests=requests, seed=seed, engines=plan.pp
-        )
-    dists = {"ttft": res.ttft(), "tpot": res.tpot(), "e2e": res.e2e()}
-    out = {
-        "model": m.id,
-        "hardware": d.id,
-        "tp": plan.tp,
-        "pp": plan.pp,
-        "devices": plan.devices,
-        "workload": w.name,
-        "rate_per_s": rate,
-        "predicted_service_rate_per_s": sr.rate_per_s,
-        "requests": int(res.arrival_s.size),
-        "completed": int(res.completed.sum()),
-        "rejected": res.rejected,
-        "preemptions": res.preemptions,
-        "iterations": res.iterations,
-        "throughput_per_s": res.throughput_per_s,
-        "queue_growth_per_s": res.queue_growth_per_s(),
-        "max_queue": int(res.queue_len.max(initial=0)),
-        **{
-            k: {
-                "mean_ms": _ms(v.mean_s),
-                "p50_ms": _ms(v.p50_s),
-                "p90_ms": _ms(v.p90_s),
-                "p99_ms": _ms(v.p99_s),
-            }
-            for k, v in dists.items()
-        },
-    }
-    out["engine"] = inst.engine.id if inst.engine else None
-    out["engine_accuracy"] = engine_note(inst, engine)
     if json_out:
-        echo_json(out)
+        echo_json(rep)
         return
-    typer.echo(f"engine: {out['engine_accuracy']}")
-    _render_simulation(out)
+    typer.echo(f"engine: {inst.engine_accuracy}")
+    _render_simulation(rep.to_dict())
 
 
 def _render_simulation(out: dict[str, Any]) -> None:

@@ -23,7 +23,7 @@ def list_cmd(json_out: bool = JsonOpt) -> None:
 
     claims = load_library()
     if json_out:
-        echo_json([c.summary() for c in claims])
+        echo_json(claims)
         return
     rows = [(c.id, c.topic, c.paper.title[:40], c.check) for c in claims]
     typer.echo(table(rows, ["id", "topic", "paper", "check"]))
@@ -48,8 +48,7 @@ def check_cmd(
     claims = load_library() if all_ else [find_claim(str(claim))]
     verdicts = [check_claim(c) for c in claims]
     if json_out:
-        out = [v.to_dict() for v in verdicts]
-        echo_json(out if all_ else out[0])
+        echo_json(verdicts if all_ else verdicts[0])
         return
     for v in verdicts:
         c = v.claim

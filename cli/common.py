@@ -11,7 +11,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 import typer
 
@@ -140,8 +140,36 @@ def _clean(o: Any) -> Any:
     return o
 
 
-def echo_json(obj: Any) -> None:
-    typer.echo(json.dumps(_clean(json.loads(json.dumps(obj, default=_default))), indent=2))
+class Result(Protocol):
+    """A command's answer: a library object whose ``to_dict()`` is the command's JSON."""
+
+    def to_dict(self) -> Any: ...
+
+
+def json_of(result: Result | Sequence[Result]) -> Any:
+    """The JSON value of a result (a list of results: the list of theirs): ``to_dict()``.
+
+    The one way a command's ``--json`` is made; a dict or list built by hand is refused,
+    so that every command's JSON comes from the library's result objects.
+    """
+    if isinstance(result, list | tuple):
+        return [_dict_of(r) for r in result]
+    return _dict_of(result)
+
+
+def _dict_of(result: object) -> Any:
+    to_dict = getattr(result, "to_dict", None)
+    if not callable(to_dict):
+        raise TypeError(
+            f"--json prints a result object's to_dict(), not a {type(result).__name__} "
+            "built in the CLI"
+        )
+    return _clean(json.loads(json.dumps(to_dict(), default=_default)))
+
+
+def echo_json(result: Result | Sequence[Result]) -> None:
+    """Print :func:`json_of` the result."""
+    typer.echo(json.dumps(json_of(result), indent=2))
 
 
 def table(rows: Sequence[Sequence[Any]], headers: Sequence[str]) -> str:

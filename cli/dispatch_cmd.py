@@ -111,7 +111,12 @@ def solve_cmd(
 ) -> None:
     """Dispatch one batch over GPUs holding expert replicas; compare the methods."""
     from perfmodel.units import ms
-    from solvers.dispatch.solve import dispatch, make_problem, round_robin_placement
+    from solvers.dispatch.solve import (
+        DispatchComparison,
+        dispatch,
+        make_problem,
+        round_robin_placement,
+    )
 
     if method != "all" and method not in SOLVE_METHODS:
         raise fail(f"--method must be one of {', '.join(SOLVE_METHODS)}, all; got {method!r}")
@@ -124,19 +129,9 @@ def solve_cmd(
     pl = round_robin_placement(len(c), gpus, replicas=replicas)
     p = make_problem(c, pl, prof, tile_rows=tile_rows)
     methods = SOLVE_METHODS if method == "all" else (method,)
-    res = [dispatch(p, mm, time_limit_s=time_limit_s) for mm in methods]
+    res = tuple(dispatch(p, mm, time_limit_s=time_limit_s) for mm in methods)
     if json_out:
-        echo_json(
-            {
-                "model": m.id,
-                "hardware": d.id,
-                "gpus": gpus,
-                "replicas": replicas,
-                "batch": source,
-                "profile": _profile_info(prof),
-                "results": [r.to_dict() for r in res],
-            }
-        )
+        echo_json(DispatchComparison(m.id, d.id, gpus, replicas, source, prof.provenance, res))
         return
     typer.echo(f"{m.id} experts on {gpus}x {d.id}, {replicas} replica(s) each; batch: {source}")
     typer.echo(f"expert-block profile: {_profile_text(prof)}")
@@ -184,7 +179,7 @@ def place_cmd(
     """EPLB vs the ILP placement on the expected makespan of the load samples."""
     from perfmodel.moe.routing import batch_for_model, load_counts_csv
     from perfmodel.units import S_PER_US, ms
-    from solvers.placement.place import place_ilp
+    from solvers.placement.place import PlacementReport, place_ilp
 
     m, d, prof = _setup(model, hardware)
     E = m.moe.num_experts
@@ -204,22 +199,8 @@ def place_cmd(
         migration_cost_s=migration_cost_us * S_PER_US,
         time_limit_s=time_limit_s,
     )
-    out = {
-        "model": m.id,
-        "hardware": d.id,
-        "gpus": gpus,
-        "slots_per_gpu": slots,
-        "status": r.status,
-        "expected_makespan_s": r.expected_makespan_s,
-        "eplb_expected_makespan_s": r.eplb_expected_makespan_s,
-        "gain": r.gain,
-        "replicas_per_gpu": r.placement.slots_used.tolist(),
-        "placement": r.placement.replicas.tolist(),
-        "solve_time_s": r.solve_time_s,
-        "message": r.message,
-    }
     if json_out:
-        echo_json(out)
+        echo_json(PlacementReport(m.id, d.id, gpus, slots, r))
         return
     typer.echo(
         f"{m.id}: {E} experts on {gpus}x {d.id}, {slots} slots per GPU, {len(S)} load sample(s)"
@@ -233,28 +214,9 @@ def place_cmd(
         typer.echo(f"  note: {r.message}")
 
 
-def _profile_info(prof: Any) -> dict[str, Any]:
-    pv = prof.provenance
-    return {"source": pv.source, "op": pv.op, "device": pv.device, "heldout_mape": pv.heldout_mape}
-
-
 def _profile_text(prof: Any) -> str:
     pv = prof.provenance
     return f"{pv.source} ({pv.op} on {pv.device})"
-
-
-def _int_list(s: str, name: str) -> list[int]:
-    try:
-        return [int(v) for v in s.split(",") if v.strip()]
-    except ValueError:
-        raise fail(f"{name} must be comma-separated integers, got {s!r}") from None
-
-
-def _float_list(s: str, name: str) -> list[float]:
-    try:
-        return [float(v) for v in s.split(",") if v.strip()]
-    except ValueError:
-        raise fail(f"{name} must be comma-separated numbers, got {s!r}") from None
 
 
 @app.command("phase")
@@ -277,13 +239,13 @@ def phase_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Phase diagram: gain of makespan-aware dispatch over the best proxy."""
+    from cli.validate import parse_list
     from reports.dispatch_phase import phase_diagram, phase_figure_html
 
     if out.exists() and not force:
         raise fail(f"{out} exists; pass --force to overwrite it")
-    tl, sl = _int_list(tokens_per_gpu, "--tokens-per-gpu"), _float_list(skews, "--skews")
-    if not tl or not sl:
-        raise fail("--tokens-per-gpu and --skews need at least one value each")
+    tl = [int(v) for v in parse_list("tokens_per_gpu", tokens_per_gpu)]
+    sl = parse_list("skews", skews)
     m, d, prof = _setup(model, hardware, profile)
     with progress(len(tl) * len(sl), "cells") as tick:
         diag = phase_diagram(
@@ -301,7 +263,7 @@ def phase_cmd(
         )
     write_atomic(out, phase_figure_html([diag]), force=force)
     if json_out:
-        echo_json({**diag.to_dict(), "profile": _profile_info(prof)})
+        echo_json(diag)
         return
     typer.echo(f"{m.id} on {gpus}x {d.id} (EP over {diag.link}); wrote {out}")
     typer.echo(f"expert-block profile: {_profile_text(prof)}, n* = {diag.n_star_tokens:.0f}")

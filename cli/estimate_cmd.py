@@ -31,24 +31,15 @@ def _positive(name: str, v: int) -> None:
         raise fail(f"{name} must be a positive integer, got {v}")
 
 
-def _offline(inst: Instance, label: str, input_len: int, output_len: int, json_out: bool) -> None:
-    from perfmodel.serving.offline import offline_throughput
+def _offline(inst: Instance, input_len: int, output_len: int, json_out: bool) -> None:
+    from perfmodel.serving.offline import OfflineReport, offline_throughput
 
     m, d, plan, eng = inst.model, inst.device, inst.plan, inst.engine
     r = offline_throughput(m, d, plan, input_len=input_len, output_len=output_len, engine=eng)
     if json_out:
-        echo_json(
-            {
-                "model": m.id,
-                "hardware": d.id,
-                "tp": plan.tp,
-                "pp": plan.pp,
-                "engine": eng.id if eng else None,
-                "engine_accuracy": label,
-                "offline": r.to_dict(),
-            }
-        )
+        echo_json(OfflineReport(inst, r))
         return
+    label = inst.engine_accuracy
     typer.echo(
         f"engine: {label}\n{m.id} on {plan.devices}x {d.id}, all requests queued, "
         f"{input_len} in / {output_len} out"
@@ -116,7 +107,7 @@ def estimate_cmd(
 ) -> None:
     """Estimate TTFT, TPOT, throughput and memory fit for one static batch."""
     from hardware.device import load_device
-    from perfmodel.estimate import estimate
+    from perfmodel.estimate import EstimateReport, estimate
     from perfmodel.model import load_model
     from perfmodel.step.instance import Instance
 
@@ -137,24 +128,15 @@ def estimate_cmd(
         kv_dtype=kv_dtype, expert_dtype=expert_dtype, attn_dtype=attn_dtype,
     )  # fmt: skip
     eng = po.resolve_engine(engine, d)
-    label = po.describe_engine(eng, d, plan.act_dtype, engine)
-    inst = Instance(m, d, plan, engine=eng)
+    inst = Instance(m, d, plan, engine=eng, engine_spec=engine)
     if offline:
-        _offline(inst, label, input_len, output_len, json_out)
+        _offline(inst, input_len, output_len, json_out)
         return
     e = estimate(inst, batch=batch, input_len=input_len, output_len=output_len)
     if json_out:
-        extra = {"precision": prec.to_dict(), "ep": plan.ep, "dp": plan.dp}
-        echo_json(
-            {
-                **e.to_dict(),
-                **extra,
-                "warnings": list(m.warnings),
-                "engine": eng.id if eng else None,
-                "engine_accuracy": label,
-            }
-        )
+        echo_json(EstimateReport(inst, e, prec))
         return
+    label = inst.engine_accuracy
     typer.echo(f"engine: {label}")
     f = e.memory
     where = f"{tp}x {d.id}" if pp == 1 else f"{plan.devices}x {d.id} (TP{tp} x PP{pp})"

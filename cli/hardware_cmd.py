@@ -14,32 +14,6 @@ app = typer.Typer(
 )
 
 
-def device_dict(d: Device) -> dict[str, object]:
-    def link(lk: object) -> object:
-        return None if lk is None else dict(vars(lk))
-
-    return {
-        "id": d.id,
-        "name": d.name,
-        "vendor": d.vendor,
-        "kind": d.kind,
-        "peak_flops_per_s": d.peak_flops_per_s,
-        "ridge_flop_per_byte": {k: d.ridge_flop_per_byte(k) for k in d.peak_flops_per_s},
-        "hbm_bytes": d.hbm_bytes,
-        "hbm_bw_bytes_per_s": d.hbm_bw_bytes_per_s,
-        "memory_type": d.memory_type,
-        "sram_bytes": d.sram_bytes,
-        "scale_up": link(d.scale_up),
-        "host_link": link(d.host_link),
-        "scale_out": link(d.scale_out),
-        "tdp_w": d.tdp_w,
-        "dies_per_package": d.dies_per_package,
-        "die_link_bw_per_direction_bytes_per_s": d.die_link_bw_per_direction_bytes_per_s,
-        "sources": list(d.sources),
-        "notes": d.notes,
-    }
-
-
 def _main_dtype(d: Device) -> str:
     for k in ("bf16", "fp16", "int8"):
         if k in d.peak_flops_per_s:
@@ -53,7 +27,7 @@ def list_cmd(json_out: bool = JsonOpt) -> None:
     """List the built-in devices."""
     devs = [load_device(i) for i in catalog_ids()]
     if json_out:
-        echo_json([device_dict(d) for d in devs])
+        echo_json(devs)
         return
     rows = []
     for d in devs:
@@ -81,7 +55,7 @@ def show_cmd(
     """Show one device: peaks, memory, links and the ridge point per dtype."""
     d = load_device(device)
     if json_out:
-        echo_json(device_dict(d))
+        echo_json(d)
         return
     typer.echo(f"{d.name} ({d.id}), {d.vendor} {d.kind}")
     typer.echo(

@@ -5,61 +5,13 @@ from __future__ import annotations
 import typer
 
 from cli.common import JsonOpt, echo_json, handle_errors, table
-from perfmodel.model import ModelSpec, load_model, model_ids
+from perfmodel.model import load_model, model_ids
+from perfmodel.modelcfg.summary import WEIGHT_DTYPES, attention_kind, layer_mix
 from perfmodel.units import GIGA, GiB
 
 app = typer.Typer(
     help="Model catalog: list models, show one (or a config.json).", no_args_is_help=True
 )
-
-
-def model_dict(m: ModelSpec) -> dict[str, object]:
-    arch = "MLA" if m.mla else ("MHA" if m.kv_heads == m.heads else "GQA")
-    return {
-        "id": m.id,
-        "name": m.name,
-        "family": m.family,
-        "attention": arch,
-        "moe": None
-        if not m.moe
-        else {
-            "experts": m.moe.num_experts,
-            "top_k": m.moe.top_k,
-            "expert_intermediate": m.moe.expert_intermediate,
-            "shared_intermediate": m.moe.shared_intermediate,
-            "moe_layers": len(m.moe.moe_layers),
-        },
-        "layers": m.layers,
-        "hidden": m.hidden,
-        "heads": m.heads,
-        "kv_heads": m.kv_heads,
-        "head_dim": m.head_dim,
-        "vocab": m.vocab,
-        "params": m.params,
-        "active_params": m.active_params,
-        "weight_bytes": {d: m.weight_bytes(d) for d in ("bf16", "fp8", "int4")},
-        "kv_bytes_per_token": {d: m.kv_bytes_per_token(d) for d in ("bf16", "fp8")},
-        "published_params": m.published_params,
-        "layer_mix": _layer_mix(m),
-        "kv_bytes_per_sequence_bf16": {
-            str(n): m.kv_bytes_per_sequence(n, "bf16") for n in (1024, 8192, 131072)
-        },
-        "state_bytes_per_sequence_bf16": m.state_bytes_per_sequence("bf16"),
-        "mtp_layers": m.mtp_layers,
-        "mtp_params": m.mtp_params,
-        "sparse_attention_top_k": m.sparse_attn.top_k if m.sparse_attn else None,
-        "quantization": None if m.quantization is None else m.quantization.describe(),
-        "warnings": list(m.warnings),
-    }
-
-
-def _layer_mix(m: ModelSpec) -> dict[str, int]:
-    """Layers by (mixer, MLP) kind, e.g. ``{'linear+moe': 36, 'full+moe': 12}``."""
-    out: dict[str, int] = {}
-    for ls in m.layer_plan:
-        kind = ls.mixer + (f"{ls.window}" if ls.bounded else "") + "+" + ls.mlp
-        out[kind] = out.get(kind, 0) + 1
-    return out
 
 
 @app.command("list")
@@ -68,7 +20,7 @@ def list_cmd(json_out: bool = JsonOpt) -> None:
     """List the built-in models."""
     models = [load_model(i) for i in model_ids()]
     if json_out:
-        echo_json([model_dict(m) for m in models])
+        echo_json(models)
         return
     rows = [
         [
@@ -92,12 +44,11 @@ def show_cmd(
 ) -> None:
     """Show parameters, active parameters, weight bytes and KV bytes per token."""
     m = load_model(model)
-    d = model_dict(m)
     if json_out:
-        echo_json(d)
+        echo_json(m)
         return
     typer.echo(
-        f"{m.name} ({m.id}): {d['attention']}, {m.layers} layers, hidden {m.hidden}, "
+        f"{m.name} ({m.id}): {attention_kind(m)}, {m.layers} layers, hidden {m.hidden}, "
         f"{m.heads} heads / {m.kv_heads} KV heads x {m.head_dim}"
     )
     if m.moe:
@@ -112,7 +63,7 @@ def show_cmd(
     )
     rows = [
         [dt, f"{m.weight_bytes(dt) / GiB:.1f}", f"{m.weight_bytes(dt) / GIGA:.1f}"]
-        for dt in ("bf16", "fp8", "int4")
+        for dt in WEIGHT_DTYPES
     ]
     typer.echo(table(rows, ["weights", "GiB", "GB"]))
     typer.echo(
@@ -121,7 +72,7 @@ def show_cmd(
         + (" on the layers whose cache grows with the context" if m.layer_specs else "")
     )
     if m.layer_specs:
-        mix = ", ".join(f"{n} {k}" for k, n in _layer_mix(m).items())
+        mix = ", ".join(f"{n} {k}" for k, n in layer_mix(m.layer_plan).items())
         typer.echo(f"layers: {mix}")
         per_seq = ", ".join(
             f"{n:,} tokens {m.kv_bytes_per_sequence(n) / GiB:.3f} GiB" for n in (8192, 131072)

@@ -116,11 +116,6 @@ EngineOpt = Annotated[
         "trtllm, vllm, sglang, NAME@version, or a TOML path."
     ),
 ]
-#: What the engine-less roofline's answers are worth: the median error of the engine-less
-#: column of the README's "How accurate is it" table (benchmarks/validate_published.py).
-NO_ENGINE_NOTE = (
-    "the engine-less roofline, 12-113 % optimistic against published engines (median by table)"
-)
 
 
 def resolve_engine(engine: str, device: Device) -> Engine | None:
@@ -131,61 +126,20 @@ def resolve_engine(engine: str, device: Device) -> Engine | None:
 
 
 def engine_note(inst: Instance, engine: str = DEFAULT_ENGINE) -> str:
-    """The engine an answer was modelled with, and the error to expect from validation.
+    """The engine an answer was modelled with, and the error to expect from validation
+    (``hardware.engine_note``); ``engine``: the ``--engine`` value."""
+    from hardware.engine_note import describe_engine
 
-    ``engine``: the ``--engine`` value, to say when the engine is the device's default."""
     return describe_engine(inst.engine, inst.device, inst.plan.act_dtype, engine)
-
-
-def describe_engine(
-    eng: Engine | None, device: Device, act_dtype: str, engine: str, *, where: str | None = None
-) -> str:
-    """The engine note of one device; ``where`` names it in the default's clause."""
-    from hardware.engine import AUTO_ENGINE
-
-    auto = engine.strip().lower() == AUTO_ENGINE
-    if eng is None:
-        who = device.vendor or device.id
-        return (
-            f"none: no engine model for {who} devices; {NO_ENGINE_NOTE}"
-            if auto
-            else (f"none; {NO_ENGINE_NOTE}")
-        )
-    note = eng.accuracy_note(device.id, act_dtype)
-    if auto:
-        on = where or f"on {device.id}"
-        note += f"; the default {on} (--engine none: the engine-less roofline)"
-    return note
 
 
 def engines_for(
     devices: Sequence[Device], act_dtype: str | Mapping[str, str], engine: str = DEFAULT_ENGINE
 ) -> tuple[dict[str, Any], list[str]]:
-    """The ``engine``/``engine_accuracy`` JSON keys and the ``engine:`` text lines of an
-    answer over several device types (``--engine auto`` may pick a different engine on
-    each): one engine id and note, or ``{device: ...}`` over several devices.
-    ``act_dtype``: the math dtype, or one per device id."""
-    devs = list({d.id: d for d in devices}.values())
-    engs = [resolve_engine(engine, d) for d in devs]
-    dts = {d.id: act_dtype if isinstance(act_dtype, str) else act_dtype[d.id] for d in devs}
-    notes = [describe_engine(e, d, dts[d.id], engine) for e, d in zip(engs, devs, strict=True)]
-    ids = {d.id: (e.id if e else None) for e, d in zip(engs, devs, strict=True)}
-    if len(devs) == 1:
-        return {"engine": ids[devs[0].id], "engine_accuracy": notes[0]}, [f"engine: {notes[0]}"]
-    # one text line per distinct note (devices of one family and engine share it)
-    short: dict[str, list[str]] = {}
-    for e, d in zip(engs, devs, strict=True):
-        short.setdefault(describe_engine(e, d, dts[d.id], engine, where="there"), []).append(d.id)
-    lines = [f"engine on {', '.join(ds)}: {n}" for n, ds in short.items()]
-    return {"engine": ids, "engine_accuracy": dict(zip(ids, notes, strict=True))}, lines
+    """``hardware.engine_note.engines_for`` (imported when called: keeps --help light)."""
+    from hardware.engine_note import engines_for as of
 
-
-def engine_json(inst: Instance, engine: str = DEFAULT_ENGINE) -> dict[str, str | None]:
-    """The ``engine`` and ``engine_accuracy`` keys every JSON answer carries."""
-    return {
-        "engine": inst.engine.id if inst.engine else None,
-        "engine_accuracy": engine_note(inst, engine),
-    }
+    return of(devices, act_dtype, engine)
 
 
 def build_instance(
@@ -215,7 +169,7 @@ def build_instance(
     )  # fmt: skip
     for note in (*prec.notes, *m.warnings):
         typer.echo(f"note: {note}", err=True)
-    return Instance(m, d, plan, engine=resolve_engine(engine, d))
+    return Instance(m, d, plan, engine=resolve_engine(engine, d), engine_spec=engine)
 
 
 def build_workload(

@@ -250,7 +250,9 @@ def plan_cmd(
     )
     eng_json, eng_lines = po.engines_for([pdev, ddev], dtype, engine)
     if json_out:
-        echo_json({**p.to_dict(), **eng_json})
+        from reports.written import Engined
+
+        echo_json(Engined(p, eng_json))
         return
     typer.echo("\n".join(eng_lines))
     typer.echo(_plan_text(p))
@@ -259,16 +261,6 @@ def plan_cmd(
             "note: the disaggregated plan is costed by the given profiles, the colocated "
             "baseline by the roofline (the queueing layer takes no calibrated profile)"
         )
-
-
-def _floats(text: str, name: str, scale: float = 1.0) -> list[float]:
-    try:
-        vals = [float(v) * scale for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise fail(f"{name} must be a comma-separated list of numbers, got {text!r}") from None
-    if not vals or any(v <= 0 for v in vals):
-        raise fail(f"{name} needs positive numbers")
-    return vals
 
 
 @app.command("phase")
@@ -298,6 +290,7 @@ def phase_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Phase diagrams of the P:D ratio and disaggregation gain (lengths and SLO sweeps)."""
+    from cli.validate import parse_list
     from hardware.device import load_device
     from perfmodel.model import load_model
     from reports.pd_plot import length_sweep, phase_figure_html, slo_sweep
@@ -306,9 +299,9 @@ def phase_cmd(
         raise fail(f"{out} exists; pass --force to overwrite it")
     w = _workload(workload, trace)
     slo = _slo(ttft_slo_ms, tpot_slo_ms, slo_percentile)
-    ins = [int(v) for v in _floats(inputs, "--inputs")]
-    outs = [int(v) for v in _floats(outputs, "--outputs")]
-    scales = _floats(slo_scales, "--slo-scales")
+    ins = [int(v) for v in parse_list("inputs", inputs)]
+    outs = [int(v) for v in parse_list("outputs", outputs)]
+    scales = parse_list("slo_scales", slo_scales)
     m = load_model(model)
     pdev = load_device(hardware)
     ddev = [load_device(decode_hardware)] if decode_hardware else None
@@ -342,7 +335,10 @@ def phase_cmd(
     write_atomic(out, phase_figure_html([lens, slos]), force=force)
     eng_json, eng_lines = po.engines_for([pdev, *(ddev or [])], dtype, engine)
     if json_out:
-        echo_json({"out": str(out), "lengths": lens.to_dict(), "slo": slos.to_dict(), **eng_json})
+        from reports.pd_plot import PDPhaseSweeps
+        from reports.written import Engined, Written
+
+        echo_json(Engined(Written(out, PDPhaseSweeps(lens, slos)), eng_json))
         return
     typer.echo("\n".join(eng_lines))
     for d in (lens, slos):

@@ -41,18 +41,6 @@ from cli.options import (
 app = typer.Typer(help="Phase diagrams: where the system is stable.", no_args_is_help=True)
 
 
-def _numbers(text: str | None, flag: str) -> list[float] | None:
-    if text is None:
-        return None
-    try:
-        vals = [float(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise fail(f"{flag} must be comma-separated numbers, got {text!r}") from None
-    if not vals or any(not (v > 0 and v < float("inf")) for v in vals):
-        raise fail(f"{flag} needs one or more positive numbers, got {text!r}")
-    return vals
-
-
 @app.command("stability")
 @handle_errors
 def stability_cmd(
@@ -92,6 +80,7 @@ def stability_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Arrival rate × mean output length and × KV capacity: regimes, boundary, simulation."""
+    from cli.validate import parse_list
     from reports.stability_plot import stability_html
     from reports.stability_sweep import (
         DEFAULT_KV_POINTS,
@@ -112,8 +101,8 @@ def stability_cmd(
     for flag, v in (("--ttft-slo-ms", ttft_slo_ms), ("--tpot-slo-ms", tpot_slo_ms)):
         if not v > 0:
             raise fail(f"{flag} must be a positive number of milliseconds, got {v}")
-    outs = _numbers(output_tokens, "--output-tokens")
-    kvs = _numbers(kv_grid_tokens, "--kv-grid-tokens")
+    outs = None if output_tokens is None else parse_list("output_tokens", output_tokens)
+    kvs = None if kv_grid_tokens is None else parse_list("kv_grid_tokens", kv_grid_tokens)
     slo = build_slo(ttft_slo_ms, tpot_slo_ms, slo_percentile, goal)
     inst = build_instance(
         model, hardware, tp, dtype=dtype, act_dtype=act_dtype, kv_dtype=kv_dtype, engine=engine
@@ -148,9 +137,11 @@ def stability_cmd(
         )
     write_atomic(out, stability_html(phase), force=force)
     if json_out:
-        echo_json({**phase.to_dict(), **po.engine_json(inst, engine)})
+        from reports.written import Engined
+
+        echo_json(Engined(phase, inst.engine_keys()))
         return
-    typer.echo(f"engine: {po.engine_note(inst, engine)}")
+    typer.echo(f"engine: {inst.engine_accuracy}")
     typer.echo(f"{m.id} on {plan.tp}x {d.id}, workload {w.name}; wrote {out}")
     for p in phase.panels:
         rows = [

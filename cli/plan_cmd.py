@@ -200,22 +200,18 @@ def plan_cmd(
         write_atomic(deploy, deploy_config(result, model_sources=m.sources), force=force)
     elapsed = time.perf_counter() - t0
     if json_out:
-        from reports.plan_deploy import deploy_dict
+        from reports.plan_deploy import PlanReport
+        from reports.written import Engined
 
-        d = result.to_dict()
-        d["deploy"] = deploy_dict(result, model_sources=m.sources)
-        d["elapsed_s"] = elapsed
-        echo_json({**d, **eng_json})
+        echo_json(Engined(PlanReport(result, m.sources, elapsed), eng_json))
         return
     typer.echo("\n".join(eng_lines))
     _print(result, rate, elapsed, out, deploy)
 
 
-def _money(x: float | None) -> str:
-    return "n/a" if x is None else f"${x:,.2f}/h"
-
-
 def _print(result: Any, rate: float, elapsed: float, out: Path | None, deploy: Path | None) -> None:
+    from reports.plan_report import alternative_row, money, pool_row
+
     a = result.assumptions
     rec = result.recommendation
     e = rec.economics
@@ -225,7 +221,7 @@ def _print(result: Any, rate: float, elapsed: float, out: Path | None, deploy: P
         f"p{slo['percentile'] * 100:g} TTFT <= {slo['ttft_ms']:g} ms, TPOT <= {slo['tpot_ms']:g} "
         f"ms, goal {slo['goal']:.0%}"
     )
-    cost = _money(e.cost_per_hour_usd)
+    cost = money(e.cost_per_hour_usd)
     per_m = e.cost_per_million_output_tokens_usd
     typer.echo(
         f"recommendation: {rec.summary}: {rec.devices} devices, {cost}"
@@ -236,21 +232,7 @@ def _print(result: Any, rate: float, elapsed: float, out: Path | None, deploy: P
             else f", {e.energy_j_per_output_token:.3g} J/token, {e.kwh_per_day:,.0f} kWh/day"
         )
     )
-    rows = [
-        [
-            p.candidate.device.id,
-            p.devices,
-            p.instances,
-            p.candidate.tp,
-            p.candidate.role,
-            p.rate_per_s,
-            f"{p.utilization:.0%}",
-            f"{1 - p.utilization:.0%}",
-            p.candidate.limiter,
-            _money(p.cost_per_hour_usd),
-        ]
-        for p in rec.pools
-    ]
+    rows = [pool_row(p) for p in rec.pools]
     typer.echo(
         table(
             rows,
@@ -258,17 +240,13 @@ def _print(result: Any, rate: float, elapsed: float, out: Path | None, deploy: P
         )
     )
     typer.echo(f"solver: {rec.status}, gap {rec.gap if rec.gap is not None else 'n/a'}")
-    alt = [
-        [k, _money(v.fleet.economics.cost_per_hour_usd) if v.fleet else "infeasible",
-         v.fleet.devices if v.fleet else "-", v.fleet.summary if v.fleet else v.reason]
-        for k, v in sorted(result.best_single_device.items())
-    ]  # fmt: skip
+    alt = [alternative_row(k, v, "-") for k, v in sorted(result.best_single_device.items())]
     typer.echo("best fleet of a single device type:")
     typer.echo(table(alt, ["device", "cost", "devices", "fleet"]))
     for w in result.why:
         typer.echo(f"  why: {w}")
     for s in result.sensitivity:
-        typer.echo(f"  if {s.change}: {_money(s.cost_per_hour_usd)}, {s.summary}")
+        typer.echo(f"  if {s.change}: {money(s.cost_per_hour_usd)}, {s.summary}")
     for f in result.price_flips:
         typer.echo(f"  price flip: {f}")
     for v in result.verification:

@@ -1,201 +1,18 @@
-"""``perfmodel predict``: latencies for many kernel shapes at once."""
+"""``perfmodel predict``: latencies for many kernel shapes at once (``hardware.gemm_predict``)."""
 
 from __future__ import annotations
 
-import csv
-import io
 import sys
-import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from cli.common import JsonOpt, echo_json, handle_errors, write_atomic
-from perfmodel.errors import SpecError
-from perfmodel.units import MS_PER_S
-
-if TYPE_CHECKING:  # numpy is imported when a command runs (fast --help)
-    import numpy as np
 
 app = typer.Typer(
     help="Predict kernel latencies from the device's cost profile.", no_args_is_help=True
 )
-
-SHAPE_COLS = ("m", "n", "k")
-PREDICTION_COL = "latency_ms"
-_WRITE_CHUNK_ROWS = 1 << 16  # rows formatted at a time when writing (bounded memory)
-_MODEL_CHUNK_ROWS = 1 << 17  # shapes costed at a time (the roofline's temporaries)
-#: Largest GEMM dimension accepted in a shapes CSV (far beyond any real kernel).
-MAX_GEMM_DIM = 2**31
-
-
-@dataclass(frozen=True)
-class GemmShapes:
-    """A shapes CSV: its header, the (rows, 3) array of m, n, k, each row's dtype name,
-    and whether it was read in bulk (its data lines can then be copied through as is)."""
-
-    header: list[str]
-    shapes: np.ndarray
-    dtypes: np.ndarray
-    bulk: bool
-    rows: list[dict[str, str]] | None = None  # per-row strings, from the row-by-row reader
-
-
-def read_gemm_shapes(path: Path, *, keep_rows: bool = False) -> GemmShapes:
-    """Read ``m,n,k[,dtype]`` rows: numpy's C reader for the numeric columns; a file it
-    does not take (quoted fields, ragged rows, a bad value) is read row by row, which
-    names the first bad row by line, column and value."""
-    import numpy as np
-
-    from perfmodel.datafile import check_file
-
-    check_file(path, what="shapes CSV")  # a directory, a device, too large: one line
-    try:
-        with path.open(encoding="utf-8-sig", newline="") as f:  # a BOM is not a column name
-            header = [h.strip() for h in next(csv.reader([f.readline()]), [])]
-    except (OSError, UnicodeDecodeError, csv.Error):
-        return _read_rows(path)  # the input layer says what is wrong
-    if any(c not in header for c in SHAPE_COLS):
-        return _read_rows(path)
-    if not keep_rows:
-        cols = [header.index(c) for c in SHAPE_COLS]
-        has_dt = "dtype" in header
-        fields = [(c, "f8") for c in SHAPE_COLS] + ([("dtype", "S16")] if has_dt else [])
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", UserWarning)  # "input contained no data"
-                a = np.loadtxt(
-                    path,
-                    delimiter=",",
-                    skiprows=1,
-                    usecols=[*cols, header.index("dtype")] if has_dt else cols,
-                    dtype=fields,
-                    comments=None,
-                    ndmin=1,
-                    encoding="utf-8-sig",
-                )
-        except (ValueError, UnicodeDecodeError):
-            a = None  # the row-by-row reader says what is wrong
-        rows_ok = a is not None and _commas(path) == (len(header) - 1) * (a.size + 1)
-        if rows_ok and a is not None and a.size and len(header) == len(set(header)) and all(header):
-            shapes = np.stack([a[c] for c in SHAPE_COLS], axis=1)
-            ok = np.isfinite(shapes) & (shapes > 0) & (shapes <= MAX_GEMM_DIM)
-            if np.all(ok & (shapes == np.floor(shapes))):
-                names = _dtype_names(a["dtype"] if has_dt else None, a.size)
-                if names is not None:
-                    return GemmShapes(header, shapes, names, bulk=True)
-    return _read_rows(path)
-
-
-def _commas(path: Path) -> int:
-    """Commas in the file (C speed): every row must have the header's fields, and numpy's
-    reader does not check the columns it does not use."""
-    n = 0
-    with path.open("rb") as f:
-        while chunk := f.read(1 << 24):
-            n += chunk.count(b",")
-    return n
-
-
-def _dtype_names(col: np.ndarray | None, n: int) -> np.ndarray | None:
-    """Canonical dtype name per row (empty = bf16); None if one is unknown or cut short."""
-    import numpy as np
-
-    from perfmodel.dtypes import DTYPE_NAMES, get_dtype
-
-    if col is None:
-        return np.full(n, "bf16")
-    if n and int(np.char.str_len(col).max()) >= col.dtype.itemsize:
-        return None  # possibly cut at the field width: let the row reader judge it
-    out = np.empty(n, dtype=f"U{max(map(len, DTYPE_NAMES))}")
-    todo = np.arange(n)
-    while todo.size:  # one vectorized pass per distinct spelling (a handful)
-        raw = col[todo[0]]
-        sel = col[todo] == raw
-        try:
-            out[todo[sel]] = get_dtype(raw.decode("utf-8").strip() or "bf16").name
-        except (SpecError, UnicodeDecodeError):
-            return None
-        todo = todo[~sel]
-    return out
-
-
-def _read_rows(path: Path) -> GemmShapes:
-    """Row by row through the input layer: the reference reader, and the one that names
-    the bad row, column and value."""
-    import numpy as np
-
-    from perfmodel.datafile import parse_int, read_csv
-    from perfmodel.dtypes import get_dtype
-
-    tab = read_csv(path, what="shapes CSV", required=SHAPE_COLS)
-    header = list(tab.header)
-    shapes = np.empty((len(tab), 3))
-    dtypes = []
-    for i, (line, r) in enumerate(tab):
-        where = tab.where(line)
-        for j, c in enumerate(SHAPE_COLS):
-            shapes[i, j] = parse_int(
-                r[header.index(c)], where=where, name=c, min_value=1, max_value=MAX_GEMM_DIM
-            )
-        dt = (r[header.index("dtype")] if "dtype" in header else "") or "bf16"
-        try:
-            dtypes.append(get_dtype(dt).name)
-        except SpecError as e:
-            raise SpecError(f"{where}: {e}") from None
-    return GemmShapes(header, shapes, np.array(dtypes), bulk=False, rows=tab.to_dicts())
-
-
-def predict_gemm_ms(
-    hardware: str, shapes: np.ndarray, dtypes: np.ndarray, *, profile: str | None = None
-) -> np.ndarray:
-    """Milliseconds per shape: the device's roofline, or a fitted GEMM profile."""
-    import numpy as np
-
-    from hardware.device import load_device
-    from hardware.roofline import Roofline
-
-    dev = load_device(hardware)
-    if profile is not None:
-        return _profile_gemm_ms(profile, dev.id, shapes, dtypes)
-    prof = Roofline(dev)
-    out = np.empty(len(shapes))
-    for dt in sorted(set(dtypes.tolist())):
-        idx = np.flatnonzero(dtypes == dt)
-        for i in range(0, idx.size, _MODEL_CHUNK_ROWS):  # bounded temporaries
-            sel = idx[i : i + _MODEL_CHUNK_ROWS]
-            m, n, k = shapes[sel].T
-            out[sel] = prof.gemm_time_s(m, n, k, dtype=str(dt)) * MS_PER_S
-    return out
-
-
-def _profile_gemm_ms(
-    spec: str, device_id: str, shapes: np.ndarray, dtypes: np.ndarray
-) -> np.ndarray:
-    import numpy as np
-
-    from hardware.maxaffine import GEMM_FEATURES, gemm_features
-    from hardware.profile_io import load_profile
-    from perfmodel.dtypes import get_dtype
-
-    prof = load_profile(spec, device=device_id)
-    if prof.features != GEMM_FEATURES:
-        raise SpecError(
-            f"profile {spec} has features {list(prof.features)}, not the GEMM features "
-            f"{list(GEMM_FEATURES)}; fit one with `perfmodel profile fit --features gemm`"
-        )
-    want = get_dtype(prof.provenance.dtype).name
-    other = sorted({d for d in set(dtypes.tolist()) if get_dtype(d).name != want})
-    if other:
-        raise SpecError(
-            f"profile {spec} was fitted to {want} GEMMs; the input also has {other} "
-            f"(predict those rows without --profile, or fit a profile per dtype)"
-        )
-    m, n, k = shapes.T
-    return np.asarray(prof(gemm_features(m, n, k)) * MS_PER_S, dtype=np.float64)
 
 
 @app.command("gemm")
@@ -219,51 +36,24 @@ def gemm_cmd(
 
     The prediction goes to a column ``latency_ms`` (``predicted_latency_ms`` when the input
     already has a ``latency_ms``, e.g. measured times: it is kept as it is)."""
+    from hardware.gemm_predict import (
+        csv_chunks,
+        predict_gemm_ms,
+        prediction_column,
+        read_gemm_shapes,
+        row_predictions,
+    )
+
     data = read_gemm_shapes(input, keep_rows=json_out)
     col = prediction_column(data.header)
     lat = predict_gemm_ms(hardware, data.shapes, data.dtypes, profile=profile)
     if json_out:
-        assert data.rows is not None
-        echo_json([{**r, col: float(t)} for r, t in zip(data.rows, lat, strict=True)])
+        echo_json(row_predictions(data, col, lat))
         return
-    chunks = _csv_chunks(input, data, col, lat)
+    chunks = csv_chunks(input, data, col, lat)
     if output is None:
         sys.stdout.writelines(chunks)
         sys.stdout.flush()
     else:
         write_atomic(output, chunks, force=force)
         typer.echo(f"wrote {len(lat)} predictions to {output}", err=True)
-
-
-def prediction_column(header: list[str]) -> str:
-    """The output column: ``latency_ms``, or ``predicted_latency_ms`` beside a measured one."""
-    for col in (PREDICTION_COL, f"predicted_{PREDICTION_COL}"):
-        if col not in header:
-            return col
-    raise SpecError(
-        f"the input already has columns {PREDICTION_COL} and predicted_{PREDICTION_COL}; "
-        "rename one so the prediction has a column of its own"
-    )
-
-
-def _csv_chunks(path: Path, data: GemmShapes, col: str, lat: np.ndarray) -> Iterator[str]:
-    """The input's rows with the prediction appended, a block of rows at a time. Bulk-read
-    files are copied line by line (blank lines dropped); others are re-written by ``csv``."""
-    fmt = "{:.6g}".format
-    if not data.bulk:
-        assert data.rows is not None
-        buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=[*data.header, col], lineterminator="\n")
-        w.writeheader()
-        for r, t in zip(data.rows, lat, strict=True):
-            w.writerow({**r, col: fmt(t)})
-        yield buf.getvalue()
-        return
-    with path.open(encoding="utf-8-sig", newline="") as f:
-        yield f.readline().rstrip("\r\n") + f",{col}\n"
-        lines = (ln.rstrip("\r\n") for ln in f)
-        data_lines = (ln for ln in lines if ln.strip())
-        for i in range(0, len(lat), _WRITE_CHUNK_ROWS):
-            vals = map(fmt, lat[i : i + _WRITE_CHUNK_ROWS].tolist())
-            # vals first: zip stops on it without taking a line from the next block
-            yield "".join(f"{ln},{v}\n" for v, ln in zip(vals, data_lines, strict=False))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -66,12 +67,6 @@ def _features(data: Any, spec: str) -> tuple[tuple[str, ...], Any]:
     if not exprs:
         raise SpecError("--features needs at least one column or expression")
     return tuple(exprs), feature_matrix(data, exprs)
-
-
-def profile_summary(profile: Any) -> dict[str, Any]:
-    d: dict[str, Any] = profile.to_dict()
-    d["pieces"] = profile.pieces
-    return d
 
 
 @app.command("fit")
@@ -142,20 +137,10 @@ def fit_cmd(
             residual=residual,
         )  # fmt: skip
     write_atomic(out, profile_to_toml(res.profile), force=force)
-    summary = {
-        "out": str(out),
-        "rows": res.rows,
-        "groups": res.groups,
-        "pieces": res.pieces,
-        "train_mdape_pct": res.train_mdape_pct,
-        "heldout_mdape_pct": res.heldout_mdape_pct,
-        "residual_train_mdape_pct": res.residual_train_mdape_pct,
-        "residual_heldout_mdape_pct": res.residual_heldout_mdape_pct,
-        "cv_mdape_pct_by_pieces": {str(k): v for k, v in res.cv_mdape_pct_by_pieces.items()},
-        "profile": profile_summary(res.profile),
-    }
     if json_out:
-        echo_json(summary)
+        from reports.written import Written
+
+        echo_json(Written(out, res))
         return
     held = "n/a" if res.heldout_mdape_pct is None else f"{res.heldout_mdape_pct:.2f}%"
     typer.echo(
@@ -198,7 +183,7 @@ def show_cmd(
         dev_id = load_device(hardware).id
     prof = load_profile(profile, device=dev_id)
     if json_out:
-        echo_json(profile_summary(prof))
+        echo_json(prof)
         return
     p = prof.provenance
     typer.echo(f"{p.op} on {p.device} ({p.dtype}); source {p.source}, {p.rows} rows")
@@ -264,6 +249,7 @@ def crossover_cmd(
         expert_shape,
         gemm_block_rows,
     )
+    from perfmodel.moe.report import CrossoverReport
 
     if tp < 1 or boots < 0:
         raise fail("--tp must be >= 1 and --boots >= 0")
@@ -275,12 +261,7 @@ def crossover_cmd(
     m = load_model(model)
     h, inter, mats = expert_shape(m, tp)
     derived = derived_expert_profile(dev, h, inter, mats=mats)
-    res: dict[str, Any] = {
-        "hardware": dev.id,
-        "model": m.id,
-        "expert_shape": {"hidden": h, "inter": inter, "mats": mats},
-        "derived_n_star": crossover_tokens(derived),
-    }
+    rep = CrossoverReport(dev.id, m.id, h, inter, mats, crossover_tokens(derived))
     if data is not None:
         (gm, gn, gk), t = _gemm_data(data)
         G, N, per, ts = gemm_block_rows(
@@ -296,25 +277,19 @@ def crossover_cmd(
             from hardware.profile_io import profile_to_toml
 
             write_atomic(out, profile_to_toml(c.profile), force=force)
-            res["out"] = str(out)
-        res.update(
-            fitted_n_star=c.n_star, interval_95=[c.lo, c.hi], boots=c.boots, padded=padded,
-            fitted_n_star_one_expert=crossover_tokens(c.profile, G=1.0),
-            train_mdape_pct=prov.train_mape, heldout_mdape_pct=prov.heldout_mape,
-            profile=profile_summary(c.profile),
-        )  # fmt: skip
+        rep = replace(rep, fitted=c, provenance=prov, padded=padded, out=out)
     if json_out:
-        echo_json(res)
+        echo_json(rep)
         return
     typer.echo(
         f"{m.id} expert {h}x{inter} ({mats} matrices) on {dev.id}: derived n* = "
-        f"{res['derived_n_star']:.0f} tokens/expert (roofline)"
+        f"{rep.derived_n_star:.0f} tokens/expert (roofline)"
     )
-    if data is not None:
-        lo, hi = res["interval_95"]
+    if data is not None and rep.fitted is not None:
+        c = rep.fitted
         typer.echo(
-            f"fitted to {data.name}: n* = {res['fitted_n_star']:.0f} [{lo:.0f}, {hi:.0f}] "
-            f"(95% bootstrap, {res['boots']} resamples; N {'padded' if padded else 'raw'})"
+            f"fitted to {data.name}: n* = {c.n_star:.0f} [{c.lo:.0f}, {c.hi:.0f}] "
+            f"(95% bootstrap, {c.boots} resamples; N {'padded' if padded else 'raw'})"
         )
 
 
@@ -338,11 +313,10 @@ def plot_cmd(
     Expert mode (``--hardware --model``, GEMM CSV): the expert block and its n*.
     Profile mode (``--profile``): a slice of the data (``--where``) along ``--x-col``.
     """
-    from reports.profile_plot import expert_block_figure, figure_html, profile_figure
+    from reports.profile_plot import PlotSummary, expert_block_figure, figure_html, profile_figure
 
     if out.exists() and not force:
         raise FileExistsError(f"{out} exists; pass --force to overwrite it")
-    info: dict[str, Any] = {"out": str(out)}
     if model is not None:
         if hardware is None:
             raise fail("expert mode needs --hardware with --model")
@@ -369,7 +343,7 @@ def plot_cmd(
             step(1)
             c = crossover_interval(G, N, ts, boots=boots, provenance=prov, progress=step)
         fig = expert_block_figure(c.profile, G, N, per, ts, n_star=c.n_star, interval=(c.lo, c.hi))
-        info.update(n_star=c.n_star, interval_95=[c.lo, c.hi])
+        summary = PlotSummary(n_star=c.n_star, interval_95=(c.lo, c.hi))
     else:
         if profile is None:
             raise fail("give --profile (profile mode) or --hardware and --model (expert mode)")
@@ -385,9 +359,11 @@ def plot_cmd(
                 raise fail(f"--features give {names}, the profile uses {prof.features}")
             fig = profile_figure(prof, X, meas.time_s, meas.numeric(x_col), x_label=x_col)
             step(1)
-        info.update(points=len(meas))
+        summary = PlotSummary(points=len(meas))
     write_atomic(out, figure_html(fig), force=force)
     if json_out:
-        echo_json(info)
+        from reports.written import Written
+
+        echo_json(Written(out, summary))
     else:
         typer.echo(f"wrote {out}")

@@ -66,7 +66,7 @@ def sweep_cmd(
         run = run_sweep(spec, out, scheduler=scheduler, workers=workers, resume=resume, force=force)
     engines = list(dict(spec.axes)["engine"])
     if json_out:
-        echo_json({**run.to_dict(), "engine": engines})
+        echo_json(run)
         return
     typer.echo(
         f"{run.configurations:,} configurations in {run.chunks} chunks -> {run.out}: "

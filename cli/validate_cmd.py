@@ -33,30 +33,20 @@ def validate_cmd(
     """Predict every row of a measurement file and report the errors."""
     from perfmodel.validate.data import read_measurements
     from perfmodel.validate.predict import predict_rows
-    from perfmodel.validate.summary import error_stats, summarize
+    from perfmodel.validate.summary import validation_report
 
     rows = read_measurements(data)
     res = predict_rows(rows, engine=engine)
     keys = [k.strip() for k in by.split(",") if k.strip()]
-    groups = summarize(res, by=keys)
-    total = error_stats(res, ("all",))
+    rep = validation_report(res, by=keys, engine=engine)
     if out is not None:
         from reports.validate_plot import validation_html
 
         write_atomic(out, validation_html(res), force=force)
     if json_out:
-        echo_json(
-            {
-                "engine": engine or "per row",
-                "rows": [r.to_dict() for r in res],
-                "summary": {
-                    "all": total.to_dict(),
-                    "by": keys,
-                    "groups": [g.to_dict() for g in groups],
-                },
-            }
-        )
+        echo_json(rep)
         return
+    groups, total = rep.groups, rep.total
     typer.echo(f"engine: {engine or 'per row (engine column)'}; {len(rows)} rows from {data}")
     typer.echo(
         table(
@@ -120,7 +110,7 @@ def calibrate_cmd(
     )
     write_atomic(out, header + tomli_w.dumps(doc), force=force)
     if json_out:
-        echo_json(cal.to_dict())
+        echo_json(cal)
         return
     d = cal.to_dict()
     typer.echo(f"{start.id}: {cal.rows} rows -> {out}")

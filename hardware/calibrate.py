@@ -15,7 +15,6 @@ if TYPE_CHECKING:
 Arr = NDArray[np.float64]
 
 
-
 def calibrate_roofline(
     device: Device, flops: ArrayLike, bytes_: ArrayLike, y: ArrayLike, *, dtype: str = "bf16"
 ) -> Roofline:

@@ -52,10 +52,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from perfmodel import datafile
 from perfmodel.datafile import read_data_file
 from perfmodel.dtypes import DTYPE_NAMES, get_dtype
 from perfmodel.errors import SpecError
@@ -186,6 +186,33 @@ class Device:
         """Roofline ridge point: peak FLOP/s / HBM B/s."""
         return self.peak(dtype) / self.hbm_bw_bytes_per_s
 
+    def to_dict(self) -> dict[str, object]:
+        """The JSON of ``perfmodel hardware show`` (links as their fields)."""
+
+        def link(lk: Link | None) -> object:
+            return None if lk is None else dict(vars(lk))
+
+        return {
+            "id": self.id,
+            "name": self.name,
+            "vendor": self.vendor,
+            "kind": self.kind,
+            "peak_flops_per_s": self.peak_flops_per_s,
+            "ridge_flop_per_byte": {k: self.ridge_flop_per_byte(k) for k in self.peak_flops_per_s},
+            "hbm_bytes": self.hbm_bytes,
+            "hbm_bw_bytes_per_s": self.hbm_bw_bytes_per_s,
+            "memory_type": self.memory_type,
+            "sram_bytes": self.sram_bytes,
+            "scale_up": link(self.scale_up),
+            "host_link": link(self.host_link),
+            "scale_out": link(self.scale_out),
+            "tdp_w": self.tdp_w,
+            "dies_per_package": self.dies_per_package,
+            "die_link_bw_per_direction_bytes_per_s": self.die_link_bw_per_direction_bytes_per_s,
+            "sources": list(self.sources),
+            "notes": self.notes,
+        }
+
 
 def _req(table: dict[str, Any], key: str, where: str) -> Any:
     if key not in table:
@@ -295,8 +322,7 @@ def load_device_file(path: str | Path) -> Device:
 
 def catalog_ids() -> list[str]:
     """Ids of the built-in devices, sorted."""
-    files = resources.files("hardware.catalog").iterdir()
-    return sorted(f.name.removesuffix(".toml") for f in files if f.name.endswith(".toml"))
+    return datafile.catalog_ids("hardware.catalog")
 
 
 def load_device(id_or_path: str | Path) -> Device:
@@ -304,9 +330,6 @@ def load_device(id_or_path: str | Path) -> Device:
     s = str(id_or_path)
     if s.endswith(".toml") or "/" in s or Path(s).is_file():
         return load_device_file(s)
-    ids = catalog_ids()
-    if s not in ids:
-        raise SpecError(f"unknown hardware id {s!r}; valid ids: {', '.join(ids)} (or a .toml path)")
-    ref = resources.files("hardware.catalog").joinpath(f"{s}.toml")
-    with resources.as_file(ref) as p:
-        return load_device_file(p)
+    return datafile.load_catalog_entry(
+        "hardware.catalog", s, load_device_file, kind="hardware", other="a .toml path"
+    )

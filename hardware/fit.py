@@ -48,11 +48,6 @@ from hardware.folds import (
 Arr = NDArray[np.float64]
 
 
-
-
-
-
-
 CV_TOLERANCE_PT = 0.1  # choose the fewest pieces within this many points of the best
 
 
@@ -80,6 +75,16 @@ class FitResult:
     #: With ``residual=True``: errors of the profile with its residual surface.
     residual_train_mdape_pct: float | None = None
     residual_heldout_mdape_pct: float | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        keys = ("rows", "groups", "pieces", "train_mdape_pct", "heldout_mdape_pct")
+        return {
+            **{k: getattr(self, k) for k in keys},
+            "residual_train_mdape_pct": self.residual_train_mdape_pct,
+            "residual_heldout_mdape_pct": self.residual_heldout_mdape_pct,
+            "cv_mdape_pct_by_pieces": {str(k): v for k, v in self.cv_mdape_pct_by_pieces.items()},
+            "profile": self.profile.to_dict(),
+        }
 
 
 def _check_xy(X: ArrayLike, y: ArrayLike) -> tuple[Arr, Arr]:

@@ -47,6 +47,15 @@ class Provenance:
     residual_heldout_mape: float | None = None
     notes: str = ""
 
+    def summary(self) -> dict[str, Any]:
+        """Where the profile came from and its held-out error, for a result's JSON."""
+        return {
+            "source": self.source,
+            "op": self.op,
+            "device": self.device,
+            "heldout_mape": self.heldout_mape,
+        }
+
 
 @dataclass(frozen=True)
 class MaxAffine:
@@ -156,6 +165,7 @@ class MaxAffine:
             "slopes": self.slopes.tolist(),
             "provenance": dict(vars(self.provenance)),
             "residual": None if self.residual is None else self.residual.summary(),
+            "pieces": self.pieces,
         }
 
 

@@ -71,8 +71,7 @@ class ResidualSurface:
             )
         if any(len(v) != F for v in vecs.values()) or np.any(vecs["scale"] <= 0):
             raise SpecError(
-                "residual surface: offset/centre/scale need one entry per feature "
-                "(scale positive)"
+                "residual surface: offset/centre/scale need one entry per feature (scale positive)"
             )
         if len(lr) < 1 or not (1 <= self.neighbours <= len(lr)):
             raise SpecError(
@@ -114,9 +113,7 @@ class ResidualSurface:
         # Only rows within the fade-out distance get a correction: find them first with a
         # bounded nearest-neighbour query (cheap for far points), then their neighbours.
         reach = 2.0 * self.radius
-        d1, _ = tree.query(
-            Z, k=1, distance_upper_bound=reach if reach > 0 else 1e-12, workers=-1
-        )
+        d1, _ = tree.query(Z, k=1, distance_upper_bound=reach if reach > 0 else 1e-12, workers=-1)
         near = np.flatnonzero(np.isfinite(d1) & (d1 <= reach))
         c = np.zeros(len(Z))
         if len(near):

@@ -22,13 +22,16 @@ import math
 import stat
 import sys
 import tomllib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from perfmodel.errors import SpecError
 from perfmodel.units import MiB
+
+T = TypeVar("T")
 
 #: Default size limit of an input file (traces and measurement files included).
 MAX_FILE_BYTES = 512 * MiB
@@ -295,6 +298,27 @@ def _check_header(header: list[str], *, where: str, what: str) -> None:
         if h in seen:
             raise SpecError(f"{where}: {what} header repeats column {h!r}; name it once")
         seen.add(h)
+
+
+# ---- built-in catalogs -------------------------------------------------------------------
+
+
+def catalog_ids(package: str) -> list[str]:
+    """Ids of the ``<id>.toml`` files a catalog package ships (``hardware.catalog``), sorted."""
+    files = resources.files(package).iterdir()
+    return sorted(f.name.removesuffix(".toml") for f in files if f.name.endswith(".toml"))
+
+
+def load_catalog_entry(
+    package: str, id: str, load: Callable[[Path], T], *, kind: str, other: str
+) -> T:
+    """``load`` of the catalog's ``<id>.toml``; an unknown id names the valid ones and the
+    ``other`` way to give one (``unknown hardware id 'x'; valid ids: ... (or a .toml path)``)."""
+    ids = catalog_ids(package)
+    if id not in ids:
+        raise SpecError(f"unknown {kind} id {id!r}; valid ids: {', '.join(ids)} (or {other})")
+    with resources.as_file(resources.files(package).joinpath(f"{id}.toml")) as p:
+        return load(p)
 
 
 # ---- values ----------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from hardware.device import Device
 from perfmodel.errors import SpecError
 from perfmodel.memory import MemoryFit
 from perfmodel.model import ModelSpec
-from perfmodel.plan import ParallelPlan
+from perfmodel.plan import ParallelPlan, Precision
 from perfmodel.step.batch import Batch
 from perfmodel.step.instance import Instance
 from perfmodel.step.time import StepTime
@@ -60,7 +60,9 @@ class Estimate:
             "devices": e.plan.devices,
             "micro_batch": e.micro_batch,
             "dtypes": {
-                "weight": e.plan.weight_dtype, "act": e.plan.act_dtype, "kv": e.plan.kv_dtype,
+                "weight": e.plan.weight_dtype,
+                "act": e.plan.act_dtype,
+                "kv": e.plan.kv_dtype,
             },
             "batch": e.batch,
             "input_len": e.input_len,
@@ -89,6 +91,27 @@ class Estimate:
             },
             "decode_breakdown": op_breakdown(e.decode_mid),
             "prefill_breakdown": op_breakdown(e.prefill),
+        }
+
+
+@dataclass(frozen=True)
+class EstimateReport:
+    """``perfmodel estimate``'s answer: the estimate, the formats chosen and why, the engine."""
+
+    instance: Instance
+    estimate: Estimate
+    precision: Precision
+
+    def to_dict(self) -> dict[str, object]:
+        inst = self.instance
+        return {
+            **self.estimate.to_dict(),
+            "precision": self.precision.to_dict(),
+            "ep": inst.plan.ep,
+            "dp": inst.plan.dp,
+            "warnings": list(inst.model.warnings),
+            "engine": inst.engine.id if inst.engine else None,
+            "engine_accuracy": inst.engine_accuracy,
         }
 
 

@@ -13,10 +13,10 @@ sequence. Config parsing lives in ``perfmodel.modelcfg``.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from perfmodel import datafile
 from perfmodel.datafile import read_data_file
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
@@ -317,6 +317,12 @@ class ModelSpec:
             return 1
         return min(tp, self.kv_heads)
 
+    def to_dict(self) -> dict[str, object]:
+        """The JSON of ``perfmodel model show`` (``perfmodel.modelcfg.summary``)."""
+        from perfmodel.modelcfg.summary import model_summary
+
+        return model_summary(self)
+
     def check_tp(self, tp: int) -> None:
         """Raise SpecError unless tensor parallelism ``tp`` divides the heads evenly."""
         if not (isinstance(tp, int) and tp >= 1):
@@ -369,8 +375,7 @@ def load_model_file(path: str | Path) -> ModelSpec:
 
 
 def model_ids() -> list[str]:
-    files = resources.files("perfmodel.catalog").iterdir()
-    return sorted(f.name.removesuffix(".toml") for f in files if f.name.endswith(".toml"))
+    return datafile.catalog_ids("perfmodel.catalog")
 
 
 def load_model(id_or_path: str | Path) -> ModelSpec:
@@ -378,9 +383,6 @@ def load_model(id_or_path: str | Path) -> ModelSpec:
     s = str(id_or_path)
     if s.endswith((".json", ".toml")) or "/" in s or Path(s).is_file():
         return load_model_file(s)
-    ids = model_ids()
-    if s not in ids:
-        raise SpecError(f"unknown model id {s!r}; valid ids: {', '.join(ids)} (or a config.json)")
-    ref = resources.files("perfmodel.catalog").joinpath(f"{s}.toml")
-    with resources.as_file(ref) as p:
-        return load_model_file(p)
+    return datafile.load_catalog_entry(
+        "perfmodel.catalog", s, load_model_file, kind="model", other="a config.json"
+    )

@@ -9,12 +9,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from perfmodel.cache.hitrate import che_lru, che_lru_steps, static_hit_ratio, step_activation
 from perfmodel.units import MS_PER_S, GiB
-from solvers.cache.budget import CachePlan
+from perfmodel.workload.popularity import zipf_popularity
+from solvers.cache.budget import CacheBudgetSpec, CachePlan
 
 
 @dataclass(frozen=True)
@@ -25,6 +28,47 @@ class HitCurve:
     sizes: np.ndarray
     hit_ratio: np.ndarray
     simulated: np.ndarray | None = None  # exact-simulation points at the same sizes
+
+
+@dataclass(frozen=True)
+class CachePlanReport:
+    """``perfmodel cache plan``'s answer: the split, and (with a figure) where it went
+    and the hit-ratio curves it shows."""
+
+    plan: CachePlan
+    out: Path | None = None
+    curves: tuple[HitCurve, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.plan.to_dict()
+        if self.out is not None:
+            d["out"] = str(self.out)
+            d["hit_curves"] = [
+                {"name": c.label, "cache_size": c.sizes, "hit_ratio": c.hit_ratio}
+                for c in self.curves
+            ]
+        return d
+
+
+def hit_curves(spec: CacheBudgetSpec) -> list[HitCurve]:
+    """Hit ratio vs cache size of the spec's expert cache (LRU by Che's approximation,
+    one token per step, and static top-C) and adapter cache (LRU, Zipf popularity)."""
+    curves = []
+    if spec.offload_experts and spec.expert_activation is not None:
+        assert spec.model.moe is not None
+        e = spec.model.moe.num_experts
+        sizes = np.unique(np.linspace(0, e, min(e, 32) + 1).round())
+        a = step_activation(spec.expert_activation, 1.0)
+        lru = np.array([che_lru_steps(a, c).hit_ratio for c in sizes])
+        curves.append(HitCurve("experts, LRU (Che), 1 token/step", sizes, lru))
+        top = np.array([static_hit_ratio(a, c) for c in sizes])
+        curves.append(HitCurve("experts, static top-C", sizes, top))
+    if spec.adapters:
+        p = zipf_popularity(spec.adapters, spec.adapter_zipf)
+        sizes = np.unique(np.geomspace(1, spec.adapters, 30).round())
+        lru = np.array([che_lru(p, c).hit_ratio for c in sizes])
+        curves.append(HitCurve("adapters, LRU (Che)", sizes, lru))
+    return curves
 
 
 def _split_table(plan: CachePlan) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[str]]:

@@ -29,7 +29,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hardware.device import Device
-from hardware.maxaffine import MaxAffine
+from hardware.maxaffine import MaxAffine, Provenance
 from hardware.roofline import GEMM_M_TILE
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
@@ -88,6 +88,8 @@ class PhaseDiagram:
     tokens_per_gpu: tuple[int, ...]
     skews: tuple[float, ...]
     cells: tuple[PhaseCell, ...] = field(repr=False)
+    #: the expert-block profile the cells were costed with
+    profile: Provenance | None = None
 
     def cell(self, tokens_per_gpu: int, skew: float) -> PhaseCell:
         for c in self.cells:
@@ -104,8 +106,9 @@ class PhaseDiagram:
         return min(c.layer_gain for c in self.cells)
 
     def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in vars(self).items() if k != "cells"}
+        d = {k: v for k, v in vars(self).items() if k not in ("cells", "profile")}
         d["cells"] = [c.to_dict() for c in self.cells]
+        d["profile"] = None if self.profile is None else self.profile.summary()
         return d
 
 
@@ -248,6 +251,7 @@ def phase_diagram(
         tokens_per_gpu=tuple(int(t) for t in tokens_per_gpu),
         skews=tuple(float(s) for s in skews),
         cells=tuple(cells),
+        profile=prof.provenance,
     )
 
 

@@ -196,6 +196,52 @@ def _engine_name(engine: EngineSpec, devices: Sequence[Device]) -> str:
     return "/".join(ids)
 
 
+@dataclass(frozen=True)
+class PDPhaseSweeps:
+    """``perfmodel pd phase``'s two diagrams: over the lengths and over the SLO."""
+
+    lengths: PDPhaseDiagram
+    slo: PDPhaseDiagram
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lengths": self.lengths.to_dict(), "slo": self.slo.to_dict()}
+
+
+def _sweep(
+    model: ModelSpec,
+    devices: Sequence[Device],
+    decode_devices: Sequence[Device] | None,
+    axes: tuple[str, str, str],  # kind, y label, x label
+    ys: Sequence[float],
+    xs: Sequence[float],
+    point: Callable[[float, float], tuple[Workload, SLO]],
+    context: str,
+    dtypes: tuple[str, str],
+    progress: Callable[[int], None] | None,
+    engine: EngineSpec,
+    memos: tuple[dict[tuple[Any, ...], Any], ColocatedMemo] | None = None,
+) -> PDPhaseDiagram:
+    """The diagram of one cell per ``(y, x)``, each at the workload and SLO ``point(y, x)``;
+    ``memos`` shared by every cell (one workload: an SLO sweep), else fresh per cell."""
+    cells = []
+    for y in ys:
+        for x in xs:
+            w, slo = point(y, x)
+            cells.append(
+                _cell(
+                    model, devices, decode_devices or devices, w, slo, y, x, *dtypes, engine, memos
+                )
+            )
+            if progress:
+                progress(1)
+    kind, y_label, x_label = axes
+    return PDPhaseDiagram(
+        model.id, devices[0].id, kind, y_label, x_label,
+        tuple(float(y) for y in ys), tuple(float(x) for x in xs),
+        f"{context}, engine {_engine_name(engine, devices)}", tuple(cells),
+    )  # fmt: skip
+
+
 def length_sweep(
     model: ModelSpec,
     devices: Sequence[Device],
@@ -212,29 +258,19 @@ def length_sweep(
     """Optimal ratio and gain over input × output length (fixed lengths per cell)."""
     if not inputs or not outputs or min(inputs) < 1 or min(outputs) < 2:
         raise SpecError("need input lengths >= 1 and output lengths >= 2 tokens")
-    cells = []
-    for s in inputs:
-        for o in outputs:
-            w = Workload(f"fixed-{s}-{o}", fixed_lengths(int(s), int(o)))
-            cells.append(
-                _cell(
-                    model, devices, decode_devices or devices, w, slo, s, o, dtype, kv_dtype, engine
-                )
-            )
-            if progress:
-                progress(1)
-    return PDPhaseDiagram(
-        model.id,
-        devices[0].id,
-        "lengths",
-        "input tokens",
-        "output tokens",
-        tuple(float(s) for s in inputs),
-        tuple(float(o) for o in outputs),
+
+    def point(s: float, o: float) -> tuple[Workload, SLO]:
+        return Workload(f"fixed-{s}-{o}", fixed_lengths(int(s), int(o))), slo
+
+    context = (
         f"TTFT {slo.ttft_s * MS_PER_S:g} ms / TPOT {slo.tpot_s * MS_PER_S:g} ms "
-        f"at p{slo.percentile * 100:g}, engine {_engine_name(engine, devices)}",
-        tuple(cells),
+        f"at p{slo.percentile * 100:g}"
     )
+    axes = ("lengths", "input tokens", "output tokens")
+    return _sweep(
+        model, devices, decode_devices, axes, inputs, outputs, point, context,
+        (dtype, kv_dtype), progress, engine,
+    )  # fmt: skip
 
 
 def slo_sweep(
@@ -254,39 +290,16 @@ def slo_sweep(
     """Optimal ratio and gain over TTFT × TPOT targets for one workload."""
     if not ttft_s or not tpot_s:
         raise SpecError("need at least one TTFT and one TPOT target")
-    cells = []
-    memos: tuple[dict[tuple[Any, ...], Any], ColocatedMemo] = ({}, ColocatedMemo())
-    for a in ttft_s:
-        for b in tpot_s:
-            slo = SLO(float(a), float(b), percentile=percentile)
-            cells.append(
-                _cell(
-                    model,
-                    devices,
-                    decode_devices or devices,
-                    workload,
-                    slo,
-                    a,
-                    b,
-                    dtype,
-                    kv_dtype,
-                    engine,
-                    memos,
-                )
-            )
-            if progress:
-                progress(1)
-    return PDPhaseDiagram(
-        model.id,
-        devices[0].id,
-        "slo",
-        "TTFT target (ms)",
-        "TPOT target (ms)",
-        tuple(float(a) for a in ttft_s),
-        tuple(float(b) for b in tpot_s),
-        f"workload {workload.name}, p{percentile * 100:g}, engine {_engine_name(engine, devices)}",
-        tuple(cells),
-    )
+
+    def point(a: float, b: float) -> tuple[Workload, SLO]:
+        return workload, SLO(float(a), float(b), percentile=percentile)
+
+    axes = ("slo", "TTFT target (ms)", "TPOT target (ms)")
+    return _sweep(
+        model, devices, decode_devices, axes, ttft_s, tpot_s, point,
+        f"workload {workload.name}, p{percentile * 100:g}", (dtype, kv_dtype), progress,
+        engine, ({}, ColocatedMemo()),
+    )  # fmt: skip
 
 
 _SHORT = {

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import dataclass
 from typing import Any
 
 from perfmodel.memory import DEFAULT_GPU_MEMORY_UTILIZATION
@@ -128,3 +129,18 @@ def deploy_dict(result: PlanResult, *, model_sources: tuple[str, ...]) -> list[d
         {"pool": i, **pool_commands(p, repo, mean_tokens)}
         for i, p in enumerate(result.recommendation.pools, 1)
     ]
+
+
+@dataclass(frozen=True)
+class PlanReport:
+    """``perfmodel plan``'s answer: the fleet plan, its deploy commands, the time it took."""
+
+    result: PlanResult
+    model_sources: tuple[str, ...]
+    elapsed_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.result.to_dict()
+        d["deploy"] = deploy_dict(self.result, model_sources=self.model_sources)
+        d["elapsed_s"] = self.elapsed_s
+        return d

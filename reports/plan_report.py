@@ -210,22 +210,26 @@ _ERR = (
 )
 
 
-def _pools_table(rec: Any, money: Any) -> str:
+def money(x: float | None) -> str:
+    """A rent in $/h (``n/a`` without a price)."""
+    return "n/a" if x is None else f"${x:,.2f}/h"
+
+
+def pool_row(p: Any) -> list[Any]:
+    """One pool of a fleet: device, count, instances, TP, role, req/s, utilization, margin,
+    what bounds it and its rent (the report's and ``perfmodel plan``'s table)."""
+    c = p.candidate
+    util = p.utilization
+    return [
+        c.device.id, p.devices, p.instances, c.tp, c.role, p.rate_per_s,
+        f"{util:.0%}", f"{1 - util:.0%}", c.limiter, money(p.cost_per_hour_usd),
+    ]  # fmt: skip
+
+
+def _pools_table(rec: Any) -> str:
     return _table(
         [
-            [
-                p.candidate.device.id,
-                p.devices,
-                p.instances,
-                p.candidate.tp,
-                p.candidate.role,
-                p.rate_per_s,
-                f"{p.utilization:.0%}",
-                f"{1 - p.utilization:.0%}",
-                p.candidate.limiter,
-                money(p.cost_per_hour_usd),
-                "; ".join(f"{f:.0%} of {b}" for b, f in p.buckets) or "all requests",
-            ]
+            [*pool_row(p), "; ".join(f"{f:.0%} of {b}" for b, f in p.buckets) or "all requests"]
             for p in rec.pools
         ],
         [
@@ -244,26 +248,20 @@ def _pools_table(rec: Any, money: Any) -> str:
     )
 
 
-def _alternative_rows(result: Any, money: Any) -> list[list[Any]]:
-    alt = [
-        [
-            k,
-            money(v.fleet.economics.cost_per_hour_usd) if v.fleet else "infeasible",
-            v.fleet.devices if v.fleet else None,
-            v.fleet.summary if v.fleet else v.reason,
-        ]
-        for k, v in sorted(result.best_single_device.items())
-    ]
+def alternative_row(name: str, v: Any, missing: Any = None) -> list[Any]:
+    """An alternative fleet: its name, rent (or ``infeasible``), devices and summary (or why
+    there is none); ``missing`` stands for the devices of an infeasible one."""
+    f = v.fleet
+    if f is None:
+        return [name, "infeasible", missing, v.reason]
+    return [name, money(f.economics.cost_per_hour_usd), f.devices, f.summary]
+
+
+def _alternative_rows(result: Any) -> list[list[Any]]:
+    alt = [alternative_row(k, v) for k, v in sorted(result.best_single_device.items())]
     for name, v in (("colocated only", result.colocated_only), ("PD only", result.disaggregated)):
         if v is not None:
-            alt.append(
-                [
-                    name,
-                    money(v.fleet.economics.cost_per_hour_usd) if v.fleet else "infeasible",
-                    v.fleet.devices if v.fleet else None,
-                    v.fleet.summary if v.fleet else v.reason,
-                ]
-            )
+            alt.append(alternative_row(name, v))
     return alt
 
 
@@ -308,7 +306,6 @@ def plan_report(result: PlanResult, inputs: PlanInputs, sweep: PlanSweep) -> str
     e = rec.economics
     a = result.assumptions
     slo = a["slo"]
-    money = lambda x: "n/a" if x is None else f"${x:,.2f}/h"  # noqa: E731
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>perfmodel plan</title>",
         f"<style>{_STYLE}</style><script>{get_plotlyjs()}</script></head><body>",
@@ -331,7 +328,7 @@ def plan_report(result: PlanResult, inputs: PlanInputs, sweep: PlanSweep) -> str
             else f", {e.energy_j_per_output_token:.3g} J/token, {e.kwh_per_day:,.0f} kWh/day"
         )
         + f" (MILP {rec.status}, gap {_fmt(rec.gap)})</p>",
-        _pools_table(rec, money),
+        _pools_table(rec),
         "<h2>Why</h2><ul>" + "".join(f"<li>{html.escape(w)}</li>" for w in result.why) + "</ul>",
     ]
     figs = _figures(result, inputs, sweep)
@@ -344,7 +341,7 @@ def plan_report(result: PlanResult, inputs: PlanInputs, sweep: PlanSweep) -> str
     for t, f in zip(titles, figs, strict=True):
         parts.append(f"<h2>{t}</h2>")
         parts.append(pio.to_html(f, include_plotlyjs=False, full_html=False))
-    alt = _alternative_rows(result, money)
+    alt = _alternative_rows(result)
     parts += [
         "<h2>Alternatives</h2>",
         _table(alt, ["fleet", "cost", "devices", "pools"]),

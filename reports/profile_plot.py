@@ -7,6 +7,7 @@ Pure functions from arrays and profiles to plotly figures (plotly imported lazil
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -19,6 +20,26 @@ if TYPE_CHECKING:
     import plotly.graph_objects as go
 
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf")
+
+
+@dataclass(frozen=True)
+class PlotSummary:
+    """What a profile figure shows: the expert block's n* (and its 95 % interval), or
+    the number of measured points of a profile-mode slice."""
+
+    n_star: float | None = None
+    interval_95: tuple[float, float] | None = None
+    points: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {}
+        if self.n_star is not None:
+            d["n_star"] = self.n_star
+        if self.interval_95 is not None:
+            d["interval_95"] = list(self.interval_95)
+        if self.points is not None:
+            d["points"] = self.points
+        return d
 
 
 def _name(profile: MaxAffine, k: int) -> str:

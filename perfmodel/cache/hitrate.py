@@ -48,7 +48,6 @@ from perfmodel.moe.routing import expert_popularity
 Arr = NDArray[np.float64]
 
 
-
 _QUAD_NODES = 96
 
 
@@ -174,16 +173,21 @@ def _solve_t(filled: Callable[[float], float], capacity: float) -> float:
     return float(brentq(lambda t: filled(t) - capacity, 0.0, hi, xtol=1e-12, rtol=1e-12))
 
 
+def _trivial(lam: Arr, c: float) -> CheResult | None:
+    """The cache that holds every requested object (all hits), or nothing (all misses)."""
+    if c >= int(np.count_nonzero(lam)):
+        return CheResult(float("inf"), (lam > 0).astype(float), 1.0, 0.0)
+    if c == 0:
+        return CheResult(0.0, np.zeros_like(lam), 0.0, float(lam.sum()))
+    return None
+
+
 def che_lru(rates: ArrayLike, capacity: float) -> CheResult:
     """LRU under independent Poisson requests at ``rates`` (Che's approximation)."""
     lam = _rates(rates, "request rates")
     c = _capacity(capacity, lam.size)
-    n_pos = int(np.count_nonzero(lam))
-    if c >= n_pos:
-        h = (lam > 0).astype(float)
-        return CheResult(float("inf"), h, 1.0, 0.0)
-    if c == 0:
-        return CheResult(0.0, np.zeros_like(lam), 0.0, float(lam.sum()))
+    if (done := _trivial(lam, c)) is not None:
+        return done
     t = _solve_t(lambda x: float(np.sum(-np.expm1(-lam * x))), c)
     h = -np.expm1(-lam * t)
     return CheResult(t, h, float(lam @ h / lam.sum()), float(lam @ (1.0 - h)))
@@ -200,12 +204,8 @@ def che_lru_steps(step_probs: ArrayLike, capacity: float) -> CheResult:
         raise SpecError("step activation probabilities must be <= 1")
     a = np.minimum(a, 1.0)
     c = _capacity(capacity, a.size)
-    n_pos = int(np.count_nonzero(a))
-    if c >= n_pos:
-        h = (a > 0).astype(float)
-        return CheResult(float("inf"), h, 1.0, 0.0)
-    if c == 0:
-        return CheResult(0.0, np.zeros_like(a), 0.0, float(a.sum()))
+    if (done := _trivial(a, c)) is not None:
+        return done
     always = a >= 1.0
     if always.sum() >= c:
         # The cache cannot even hold the experts every step needs: only C stay, and an

@@ -55,6 +55,7 @@ from numpy.typing import NDArray
 from perfmodel.cache.paging import OffloadedExperts, step_with_misses_s
 from perfmodel.serving.latency import LatencyEstimate
 from perfmodel.serving.poisson import poisson_pmf, poisson_ppf
+from perfmodel.serving.search import cdf_quantile
 from perfmodel.serving.servemix import mix_batch
 from perfmodel.serving.service import ServiceRate, latency
 from perfmodel.step.table import StepTable
@@ -94,6 +95,31 @@ def _mean_chunk_tokens(sr: ServiceRate, decode_seqs: float) -> float:
     return float(min(mo.input_tokens / mo.prefill_chunks, room))
 
 
+def _fetch_s(
+    sr: ServiceRate,
+    off: OffloadedExperts,
+    prompts: float,
+    step_s: float,
+    *,
+    decode_seqs: float | None = None,
+    own_chunks: int = 0,
+) -> float:
+    """:func:`mean_fetch_s` of an iteration of ``sr``'s instance admitting ``prompts``
+    prompts per iteration, decoding ``decode_seqs`` (default: ``prompts·E[o]``, within the
+    budget) and lasting ``step_s`` without the fetches."""
+    mo, B = sr.moments, sr.max_batched_tokens
+    n_d = min(prompts * mo.decode_steps, B - 1.0) if decode_seqs is None else decode_seqs
+    return mean_fetch_s(
+        off,
+        decode_seqs=n_d,
+        chunk_rate=prompts * mo.prefill_chunks,
+        chunk_tokens=_mean_chunk_tokens(sr, n_d),
+        max_batched_tokens=B,
+        step_s=step_s,
+        own_chunks=own_chunks,
+    )
+
+
 def slowed_service_rate(sr: ServiceRate, off: OffloadedExperts | None) -> ServiceRate:
     """The queueing layer's ``μ`` of ``sr`` with expert fetches in every iteration."""
     if off is None:
@@ -101,15 +127,7 @@ def slowed_service_rate(sr: ServiceRate, off: OffloadedExperts | None) -> Servic
     mo, B = sr.moments, sr.max_batched_tokens
     t_full = sr.full_step_s + off.penalty_s(B, sr.full_step_s)
     r_mem = sr.effective_kv_tokens / mo.lifetime_kv_token_steps  # prompts per iteration
-    n_d = min(r_mem * mo.decode_steps, B - 1.0)
-    p_mem = mean_fetch_s(
-        off,
-        decode_seqs=n_d,
-        chunk_rate=r_mem * mo.prefill_chunks,
-        chunk_tokens=_mean_chunk_tokens(sr, n_d),
-        max_batched_tokens=B,
-        step_s=sr.memory_step_s,
-    )
+    p_mem = _fetch_s(sr, off, r_mem, sr.memory_step_s)
     t_mem = sr.memory_step_s + p_mem
     mu_c = sr.compute_rate_per_s * sr.full_step_s / t_full
     mu_m = sr.memory_rate_per_s * sr.memory_step_s / t_mem
@@ -172,12 +190,7 @@ class OffloadLatency:
             return math.inf
         lo = self.base.ttft_quantile_s(q)
         hi = lo + float(self.own_chunks.max()) * self.prefill_fetch_s + self.fetch_s
-        for _ in range(40):
-            if hi - lo <= 1e-4 * hi:
-                break
-            mid = 0.5 * (lo + hi)
-            lo, hi = (mid, hi) if self.ttft_cdf(mid) < q else (lo, mid)
-        return hi
+        return cdf_quantile(self.ttft_cdf, q, lo, hi, iterations=40, rel_tol=1e-4)
 
 
 def _unbounded(rate_per_s: float, base: LatencyEstimate) -> OffloadLatency:
@@ -199,16 +212,7 @@ def _guess(sr: ServiceRate, off: OffloadedExperts, lam: float) -> float:
     def parts(b: float) -> tuple[float, float]:
         r = lam * b
         t = float(sr.instance.iteration_s(mix_batch(r, mo)))
-        n_d = min(r * mo.decode_steps, B - 1.0)
-        p = mean_fetch_s(
-            off,
-            decode_seqs=n_d,
-            chunk_rate=r * mo.prefill_chunks,
-            chunk_tokens=_mean_chunk_tokens(sr, n_d),
-            max_batched_tokens=B,
-            step_s=t,
-        )
-        return t, p
+        return t, _fetch_s(sr, off, r, t)
 
     hi = max(sr.full_step_s, sr.memory_step_s) + off.penalty_s(B, sr.full_step_s)
     t_hi, p_hi = parts(hi)
@@ -258,14 +262,8 @@ def offload_latency(
         prompts = f * lam * est.step_s  # = λ·b'
 
         def fetch(own: int) -> float:
-            return mean_fetch_s(
-                off,
-                decode_seqs=est.decode_batch,
-                chunk_rate=prompts * mo.prefill_chunks,
-                chunk_tokens=_mean_chunk_tokens(sr, est.decode_batch),
-                max_batched_tokens=B,
-                step_s=est.step_s,
-                own_chunks=own,
+            return _fetch_s(
+                sr, off, prompts, est.step_s, decode_seqs=est.decode_batch, own_chunks=own
             )
 
         return est, fetch(0), fetch(1)

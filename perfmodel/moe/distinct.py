@@ -10,7 +10,6 @@ from perfmodel.errors import SpecError
 Arr = NDArray[np.float64]
 
 
-
 def distinct_experts_uniform(num_experts: int, top_k: int, tokens: ArrayLike) -> Arr:
     """``D(B) = E·(1 − (1 − k/E)^B)`` under uniform routing."""
     if not 1 <= top_k <= num_experts:

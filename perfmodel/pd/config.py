@@ -14,6 +14,7 @@ result both phase models (``perfmodel.pd_prefill``, ``perfmodel.pd_decode``) ret
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -184,6 +185,27 @@ class PhaseGoodput:
     quantile_at_goodput_s: float
     kv_capacity_tokens: int
     note: str
+
+    @classmethod
+    def of(
+        cls,
+        config: PhaseConfig,
+        capacity_rate_per_s: float,
+        link_capacity_per_s: float,
+        kv_capacity_tokens: int,
+    ) -> Callable[[float, str, float, float, str], PhaseGoodput]:
+        """The goodput of ``config`` given ``(rate_per_s, limiter, floor_s, quantile_s,
+        note)``; a rate of 0 (no rate meets the SLO) is infeasible."""
+
+        def at(
+            rate: float, limiter: str, floor_s: float, quantile_s: float, note: str
+        ) -> PhaseGoodput:
+            return cls(
+                config, rate > 0, rate, rate / config.gpus, capacity_rate_per_s,
+                link_capacity_per_s, limiter, floor_s, quantile_s, kv_capacity_tokens, note,
+            )  # fmt: skip
+
+        return at
 
 
 def weighted_quantile(x: Arr, w: Arr, q: float) -> float:

@@ -32,7 +32,7 @@ from perfmodel.pd.config import (
     weighted_quantile,
 )
 from perfmodel.serving.classic_queues import erlang_c
-from perfmodel.serving.search import max_rate
+from perfmodel.serving.search import cdf_quantile, max_rate
 from perfmodel.serving.servemix import compress_atoms
 from perfmodel.step.batch import Batch
 from perfmodel.units import MS_PER_S
@@ -295,19 +295,10 @@ def decode_goodput(profile: DecodeProfile, slo: SLO) -> PhaseGoodput:
     floor = weighted_quantile(profile.floor_tpot, profile.floor_weights, q)
     cap = profile.capacity_rate_per_s
     link_cap = 1.0 / profile.receive_s_mean if profile.receive_s_mean > 0 else math.inf
+    goodput = PhaseGoodput.of(cfg, cap, link_cap, profile.kv_capacity_tokens)
     if floor > slo.tpot_s:
-        return PhaseGoodput(
-            cfg,
-            False,
-            0.0,
-            0.0,
-            cap,
-            link_cap,
-            "tpot",
-            floor,
-            floor,
-            profile.kv_capacity_tokens,
-            f"unloaded p{q * 100:g} TPOT is {floor * MS_PER_S:.2f} ms",
+        return goodput(
+            0.0, "tpot", floor, floor, f"unloaded p{q * 100:g} TPOT is {floor * MS_PER_S:.2f} ms"
         )
     hi = cap * 1.05
     rate = max_rate(lambda r: profile.tpot_cdf(r, slo.tpot_s) >= q, hi)
@@ -318,17 +309,11 @@ def decode_goodput(profile: DecodeProfile, slo: SLO) -> PhaseGoodput:
     limiter = profile.slot_limit if free_rate > 1.02 * rate else "tpot"
     nbar = profile.mean_batch(rate) or profile.slots
     quant = _tpot_quantile(profile, rate, q)
-    return PhaseGoodput(
-        cfg,
-        rate > 0,
+    return goodput(
         rate,
-        rate / cfg.gpus,
-        cap,
-        link_cap,
         limiter,
         floor,
         quant,
-        profile.kv_capacity_tokens,
         f"{rate:.3g} req/s with a mean batch of {nbar:.1f} of {profile.slots:.0f} slots",
     )
 
@@ -337,10 +322,4 @@ def _tpot_quantile(profile: DecodeProfile, rate: float, q: float) -> float:
     lo, hi = 0.0, float(profile.step_s.max()) * 4 + 1.0
     if profile.tpot_cdf(rate, hi) < q:
         return math.inf
-    for _ in range(50):
-        mid = 0.5 * (lo + hi)
-        if profile.tpot_cdf(rate, mid) < q:
-            lo = mid
-        else:
-            hi = mid
-    return hi
+    return cdf_quantile(lambda x: profile.tpot_cdf(rate, x), q, lo, hi, iterations=50)

@@ -41,7 +41,7 @@ from perfmodel.pd.config import (
     kv_transfer_time_s,
     weighted_quantile,
 )
-from perfmodel.serving.search import max_rate
+from perfmodel.serving.search import cdf_quantile, max_rate
 from perfmodel.serving.servemix import compress_atoms
 from perfmodel.step.batch import Batch
 from perfmodel.units import MS_PER_S
@@ -173,13 +173,7 @@ class PrefillProfile:
         hi = 2.0 * lo + 1.0
         while self.ttft_cdf(rate_per_s, hi) < q:
             hi *= 2.0
-        for _ in range(60):
-            mid = 0.5 * (lo + hi)
-            if self.ttft_cdf(rate_per_s, mid) < q:
-                lo = mid
-            else:
-                hi = mid
-        return hi
+        return cdf_quantile(lambda x: self.ttft_cdf(rate_per_s, x), q, lo, hi, iterations=60)
 
 
 def prefill_profile(
@@ -233,34 +227,24 @@ def prefill_goodput(profile: PrefillProfile, slo: SLO, *, model: ModelSpec) -> P
     link_cap = profile.link_capacity_per_s
     link_bound = link_cap <= 1.0 / float(np.dot(profile.weights, profile.occupancy_s))
     kv_cap = cfg.instance(model).memory_fit().kv_capacity_tokens
+    goodput = PhaseGoodput.of(cfg, cap, link_cap, kv_cap)
+    limiter = "kv-link" if link_bound else "ttft"
     if floor > slo.ttft_s:
         x_q = weighted_quantile(profile.transfer_s, profile.weights, q)
-        return PhaseGoodput(
-            cfg,
-            False,
+        return goodput(
             0.0,
-            0.0,
-            cap,
-            link_cap,
-            "kv-link" if link_bound else "ttft",
+            limiter,
             floor,
             floor,
-            kv_cap,
             f"unloaded p{q * 100:g} TTFT is {floor * MS_PER_S:.1f} ms (KV transfer "
             f"{x_q * MS_PER_S:.1f} ms of it over {profile.link.name})",
         )
     rate = max_rate(lambda r: profile.ttft_cdf(r, slo.ttft_s) >= q, cap)
     quant = profile.ttft_quantile_s(rate, q)
-    return PhaseGoodput(
-        cfg,
-        rate > 0,
+    return goodput(
         rate,
-        rate / cfg.gpus,
-        cap,
-        link_cap,
-        "kv-link" if link_bound else "ttft",
+        limiter,
         floor,
         quant,
-        kv_cap,
         f"{rate:.3g} req/s at {rate / cap:.0%} of the prefill capacity {cap:.3g} req/s",
     )

@@ -116,6 +116,7 @@ class CapacityReport:
                 "utilization": size.utilization if ok else None,
                 "limited_by": self.limited_by,
             },
+            "engine_accuracy": self.instance.engine_accuracy,
         }
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.serving.latency import LatencyEstimate
@@ -64,21 +65,24 @@ def goodput(service: ServiceRate, slo: SLO, *, rel_tol: float = 1e-3) -> Goodput
     mu = service.rate_per_s
     lo_rate = mu * 1e-4
     low = slo_attainment(latency(service, lo_rate), slo)
+    answer = partial(
+        Goodput,
+        slo=slo,
+        best_attainment=low.attainment,
+        best_ttft_quantile_s=low.ttft_quantile_s,
+        best_tpot_quantile_s=low.tpot_quantile_s,
+    )
     if not low.meets_goal or not service.largest_request_fits:
         what = []
         if low.ttft_quantile_s > slo.ttft_s:
             what.append(f"p{slo.percentile * 100:g} TTFT {low.ttft_quantile_s * MS_PER_S:.1f} ms")
         if low.tpot_quantile_s > slo.tpot_s:
             what.append(f"p{slo.percentile * 100:g} TPOT {low.tpot_quantile_s * MS_PER_S:.2f} ms")
-        return Goodput(
+        return answer(
             feasible=False,
             rate_per_s=0.0,
             per_device_rate_per_s=0.0,
-            slo=slo,
             at_goodput=None,
-            best_attainment=low.attainment,
-            best_ttft_quantile_s=low.ttft_quantile_s,
-            best_tpot_quantile_s=low.tpot_quantile_s,
             explanation=(
                 f"no rate meets the SLO on this configuration: even unloaded, attainment is "
                 f"{low.attainment:.1%} < goal {slo.goal:.0%}"
@@ -93,15 +97,11 @@ def goodput(service: ServiceRate, slo: SLO, *, rel_tol: float = 1e-3) -> Goodput
 
     lo = max_rate(meets, mu, lo=lo_rate, rel_tol=rel_tol, scale=mu)
     best = seen[lo] if lo > lo_rate else low  # lo > lo_rate was a midpoint that met the goal
-    return Goodput(
+    return answer(
         feasible=True,
         rate_per_s=lo,
         per_device_rate_per_s=lo / service.devices,
-        slo=slo,
         at_goodput=best,
-        best_attainment=low.attainment,
-        best_ttft_quantile_s=low.ttft_quantile_s,
-        best_tpot_quantile_s=low.tpot_quantile_s,
         explanation=(
             f"goodput {lo:.3g} req/s per instance ({lo / mu:.0%} of μ); attainment "
             f"{best.attainment:.1%} there"

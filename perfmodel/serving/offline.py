@@ -61,6 +61,23 @@ class OfflineThroughput:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
+@dataclass(frozen=True)
+class OfflineReport:
+    """``perfmodel estimate --offline``'s answer: the instance and its saturation throughput."""
+
+    instance: Instance
+    offline: OfflineThroughput
+
+    def to_dict(self) -> dict[str, object]:
+        inst = self.instance
+        return {
+            **inst.ids(),
+            "engine": inst.engine.id if inst.engine else None,
+            "engine_accuracy": inst.engine_accuracy,
+            "offline": self.offline.to_dict(),
+        }
+
+
 def offline_throughput(
     model: ModelSpec,
     device: Device,

@@ -1,4 +1,5 @@
-"""The one search for "the largest rate meeting a criterion" (goodput, PD phases, simulation).
+"""The one search for "the largest rate meeting a criterion" (goodput, PD phases, simulation),
+and the one for "the latency a CDF reaches a percentile at" (:func:`cdf_quantile`).
 
 Every goodput in the project is this bisection over a monotone predicate: ``ok(rate)``
 true at low load and false above a threshold (SLO attainment falls as the rate rises).
@@ -35,3 +36,25 @@ def max_rate(
         else:
             hi = mid
     return lo
+
+
+def cdf_quantile(
+    cdf: Callable[[float], float],
+    q: float,
+    lo: float,
+    hi: float,
+    *,
+    iterations: int,
+    rel_tol: float = 0.0,
+) -> float:
+    """Smallest ``x`` in ``(lo, hi]`` with ``cdf(x) ≥ q`` (``cdf(hi) ≥ q`` assumed): the upper
+    end of the bracket after ``iterations`` halvings, or once ``hi − lo ≤ rel_tol·hi``."""
+    for _ in range(iterations):
+        if hi - lo <= rel_tol * hi:
+            break
+        mid = 0.5 * (lo + hi)
+        if cdf(mid) < q:
+            lo = mid
+        else:
+            hi = mid
+    return hi

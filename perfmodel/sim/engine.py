@@ -42,7 +42,6 @@ from numpy.typing import NDArray
 
 from perfmodel.sim.engine_state import QUEUE_WARMUP, EngineState
 from perfmodel.sim.skip_ahead import skip_ahead as skip_run
-from perfmodel.step.table import StepTable
 
 Arr = NDArray[np.float64]
 
@@ -64,35 +63,9 @@ class EngineRun:
     recompute_tokens: int = 0  # tokens computed again after preemptions
 
 
-def run_engine(
-    table: StepTable,
-    arrival_s: Arr,
-    input_tokens: NDArray[np.int64],
-    output_tokens: NDArray[np.int64],
-    *,
-    kv_capacity_tokens: int,
-    max_batched_tokens: int,
-    chunk_size: int,
-    reserve_tokens: int,
-    max_time_s: float,
-    queue_samples: int,
-    skip_ahead: bool,
-    prefix_cache_block_tokens: int = 0,
-) -> EngineRun:
-    """Run the engine (inputs already validated by ``simulate``)."""
-    e = EngineState(
-        table,
-        arrival_s,
-        input_tokens,
-        output_tokens,
-        kv_capacity_tokens=kv_capacity_tokens,
-        max_batched_tokens=max_batched_tokens,
-        chunk_size=chunk_size,
-        reserve_tokens=reserve_tokens,
-        max_time_s=max_time_s,
-        queue_samples=queue_samples,
-        prefix_cache_block_tokens=prefix_cache_block_tokens,
-    )
+def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
+    """Run the engine from state ``e`` (its inputs already validated by ``simulate``)."""
+    max_time_s = e.max_time_s
     n, arr, q_every, B = e.n, e.arr, e.q_every, e.B
     arrive, sample, schedule, admit, step = e.arrive, e.sample, e.schedule, e.admit, e.step
     while True:

@@ -38,6 +38,7 @@ from numpy.typing import ArrayLike, NDArray
 from perfmodel.errors import SpecError
 from perfmodel.serving.servemix import DEFAULT_WATERMARK
 from perfmodel.sim.engine import run_engine
+from perfmodel.sim.engine_state import EngineState
 from perfmodel.step.instance import Instance
 from perfmodel.step.table import StepTable, build_step_table
 from perfmodel.workload.arrivals import RenewalArrivals
@@ -192,7 +193,7 @@ def simulate(
         raise SpecError("KV capacity and chunk size must be >= 1")
     if not 0 <= admission_watermark < 1:
         raise SpecError("admission watermark must be a fraction in [0, 1)")
-    run = run_engine(
+    state = EngineState(
         table,
         arr,
         s_in,
@@ -203,9 +204,9 @@ def simulate(
         reserve_tokens=int(admission_watermark * M),
         max_time_s=max_time_s,
         queue_samples=queue_samples,
-        skip_ahead=skip_ahead,
         prefix_cache_block_tokens=prefix_cache_block_tokens,
     )
+    run = run_engine(state, skip_ahead=skip_ahead)
     return SimResult(
         arrival_s=arr,
         input_tokens=s_in,

@@ -29,6 +29,7 @@ from numpy.typing import NDArray
 
 from hardware.device import Device
 from hardware.engine import Engine
+from hardware.engine_note import describe_engine
 from hardware.maxaffine import MaxAffine
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.memory import (
@@ -90,6 +91,8 @@ class Instance:
     plan: ParallelPlan = field(default_factory=ParallelPlan)
     profile: MaxAffine | None = field(default=None, compare=False)
     engine: Engine | None = field(default=None, compare=False)
+    #: the ``--engine`` spec the engine came from (``auto`` says it is the device's default)
+    engine_spec: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         self.model.check_tp(self.plan.tp)
@@ -147,8 +150,29 @@ class Instance:
             )
         return fit.kv_capacity_tokens
 
+    def ids(self) -> dict[str, object]:
+        """Model, hardware, TP and PP: what a result's JSON names the instance by."""
+        return {
+            "model": self.model.id,
+            "hardware": self.device.id,
+            "tp": self.plan.tp,
+            "pp": self.plan.pp,
+        }
+
+    @property
+    def engine_accuracy(self) -> str:
+        """The engine the answers are modelled with, and the error to expect from validation."""
+        return describe_engine(self.engine, self.device, self.plan.act_dtype, self.engine_spec)
+
+    def engine_keys(self) -> dict[str, str | None]:
+        """The ``engine`` and ``engine_accuracy`` keys every JSON answer carries."""
+        return {
+            "engine": self.engine.id if self.engine else None,
+            "engine_accuracy": self.engine_accuracy,
+        }
+
     def with_plan(self, plan: ParallelPlan) -> Instance:
-        return Instance(self.model, self.device, plan, self.profile, self.engine)
+        return Instance(self.model, self.device, plan, self.profile, self.engine, self.engine_spec)
 
 
 class OnInstance:

@@ -141,3 +141,38 @@ def acceptance_summary(results: Sequence[RowResult]) -> dict[str, ErrorStats]:
         if sel:
             out[name] = error_stats(sel, (name,))
     return out
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """``perfmodel validate``'s answer: every row's prediction and the error summaries."""
+
+    engine: str  # the engine asked for, or "per row" (each row's engine column)
+    rows: tuple[RowResult, ...]
+    by: tuple[str, ...]
+    total: ErrorStats
+    groups: tuple[ErrorStats, ...]
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "engine": self.engine,
+            "rows": [r.to_dict() for r in self.rows],
+            "summary": {
+                "all": self.total.to_dict(),
+                "by": list(self.by),
+                "groups": [g.to_dict() for g in self.groups],
+            },
+        }
+
+
+def validation_report(
+    results: Sequence[RowResult], *, by: Sequence[str] = GROUP_KEYS, engine: str | None = None
+) -> ValidationReport:
+    """The summaries of ``results``: all rows, and one group per value of the ``by`` keys."""
+    return ValidationReport(
+        engine=engine or "per row",
+        rows=tuple(results),
+        by=tuple(by),
+        total=error_stats(results, ("all",)),
+        groups=tuple(summarize(results, by=by)),
+    )

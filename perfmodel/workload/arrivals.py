@@ -16,7 +16,6 @@ Arr = NDArray[np.float64]
 IntArr = NDArray[np.int64]
 
 
-
 @dataclass(frozen=True)
 class RenewalArrivals:
     """Renewal arrivals at ``rate_per_s`` with inter-arrival CV ``cv`` (std / mean).

@@ -61,7 +61,6 @@ Arr = NDArray[np.float64]
 IntArr = NDArray[np.int64]
 
 
-
 PARAMETRIC_ATOMS = 512
 
 

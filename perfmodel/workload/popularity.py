@@ -10,7 +10,6 @@ from perfmodel.errors import SpecError
 Arr = NDArray[np.float64]
 
 
-
 def zipf_popularity(n: int, exponent: float) -> Arr:
     """``p_r = r^{−s} / Σ_j j^{−s}`` for ranks ``r = 1..n`` (most popular first)."""
     if not (isinstance(n, int | np.integer) and n >= 1):

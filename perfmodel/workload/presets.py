@@ -19,7 +19,6 @@ Arr = NDArray[np.float64]
 IntArr = NDArray[np.int64]
 
 
-
 @dataclass(frozen=True)
 class Workload:
     """What the instance serves: a length distribution and arrival burstiness.

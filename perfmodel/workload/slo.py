@@ -16,7 +16,6 @@ Arr = NDArray[np.float64]
 IntArr = NDArray[np.int64]
 
 
-
 @dataclass(frozen=True)
 class SLO:
     """Latency targets (DistServe's convention, Zhong et al., OSDI 2024).

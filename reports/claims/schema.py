@@ -109,7 +109,7 @@ class Claim:
     def base_dir(self) -> Path:
         return self.path.parent if self.path is not None else Path.cwd()
 
-    def summary(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "id": self.id,
             "topic": self.topic,

@@ -88,7 +88,7 @@ class Verdict:
     def to_dict(self) -> dict[str, Any]:
         o = self.outcome
         return {
-            **self.claim.summary(),
+            **self.claim.to_dict(),
             "verdict": self.verdict,
             "value": _finite(self.value),
             "unit": self.unit,

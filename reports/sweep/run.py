@@ -58,9 +58,10 @@ class SweepRun:
     computed_chunks: int
     resumed_chunks: int
     wall_s: float
+    engine: tuple[str, ...] = ()  # the engine axis (auto, none, ids or paths)
 
     def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {**self.__dict__, "engine": list(self.engine)}
 
 
 def output_format(out: Path) -> str:
@@ -277,4 +278,5 @@ def run_sweep(
         computed_chunks=len(todo),
         resumed_chunks=w.first,
         wall_s=time.perf_counter() - t0,
+        engine=tuple(str(e) for e in dict(spec.axes)["engine"]),
     )

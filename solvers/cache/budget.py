@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -132,6 +133,45 @@ class CachePlan:
     grid_pools: tuple[str, ...]
     grid_sizes: tuple[Arr, ...]
     grid_evals: tuple[SplitEval | None, ...]  # row-major over the grid; None = over budget
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON of ``perfmodel cache plan``: sizes in GiB, times in ms."""
+        out: dict[str, Any] = {
+            "feasible": self.feasible,
+            "objective": self.objective_kind,
+            "objective_value": self.objective,
+            "explanation": self.explanation,
+            "usable_gib": self.usable_bytes / GiB,
+            "weights_gib": self.weights_bytes / GiB,
+            "activation_reserve_gib": self.reserve_bytes / GiB,
+            "pool_budget_gib": self.pool_budget_bytes / GiB,
+            "split_gib": {k: v / GiB for k, v in self.split_bytes.items()},
+            "kv_capacity_tokens": self.kv_capacity_tokens,
+            "experts_cached_per_layer": self.expert_capacity,
+            "adapters_resident": self.adapters_resident,
+            "binding_resource": self.binding_resource,
+            "marginal_objective_per_gib": self.marginal_per_gib,
+            "marginal_service_rate_per_s_per_gib": self.marginal_service_rate_per_gib,
+            "solver": self.solver,
+        }
+        ev = self.evaluation
+        if ev is not None:
+            out["at_rate"] = {
+                "stable": ev.stable,
+                "service_rate_per_s": ev.service_rate_per_s,
+                "bound": ev.binding,
+                "utilization": ev.utilization,
+                "tpot_mean_ms": ev.tpot_mean_s * MS_PER_S,
+                "tpot_quantile_ms": ev.tpot_quantile_s * MS_PER_S,
+                "ttft_quantile_ms": ev.ttft_quantile_s * MS_PER_S,
+                "slo_attainment": ev.attainment,
+                "slo_goodput_per_s": ev.slo_goodput_per_s,
+                "expert_misses_per_step": ev.expert_misses_per_step,
+                "expert_fetch_ms_per_step": ev.expert_penalty_s * MS_PER_S,
+                "adapter_hit_ratio": ev.adapter_hit_ratio,
+                "adapter_load_ms": ev.adapter_load_s * MS_PER_S,
+            }
+        return out
 
 
 def plan_cache_budget(

@@ -21,6 +21,10 @@ All methods return :class:`DispatchResult`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
+from hardware.maxaffine import Provenance
 from perfmodel.errors import SpecError
 from solvers.dispatch.bounds import pruning_bound_s, simple_bound_s
 from solvers.dispatch.heuristic import dispatch_heuristic
@@ -95,3 +99,27 @@ def best_proxy(
     """Run the three proxies; return the name of the fastest and all results."""
     res = {m: dispatch(p, m, integer=integer) for m in PROXIES}
     return min(res, key=lambda m: res[m].makespan_s), res
+
+
+@dataclass(frozen=True)
+class DispatchComparison:
+    """``perfmodel dispatch solve``'s answer: one batch dispatched by several methods."""
+
+    model: str
+    hardware: str
+    gpus: int
+    replicas: int
+    batch: str  # where the counts came from
+    profile: Provenance  # the expert-block cost profile's
+    results: tuple[DispatchResult, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "hardware": self.hardware,
+            "gpus": self.gpus,
+            "replicas": self.replicas,
+            "batch": self.batch,
+            "profile": self.profile.summary(),
+            "results": [r.to_dict() for r in self.results],
+        }

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 T = TypeVar("T")
 _MAX_WORKERS = 4
@@ -65,23 +65,13 @@ def cached(kind: str, key: str, compute: Callable[[], T], *, enabled: bool = Tru
     d = cache_dir() if enabled else None
     if d is None:
         return compute()
-    path = d / kind / f"{key}.pkl"
-    try:
-        with path.open("rb") as f:
-            value: T = pickle.load(f)
-            return value
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-        pass
+    job = Job(kind, key, compute)
+    hit, value = _load(d, job)
+    if hit:
+        return cast(T, value)
     value = compute()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "wb") as f:
-            pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, path)
-    except OSError:  # a read-only home: the cache is an optimization, not a requirement
-        pass
-    return value
+    _store(d, job, value)
+    return cast(T, value)
 
 
 @dataclass(frozen=True)
@@ -113,7 +103,7 @@ def _store(d: Path | None, job: Job, value: Any) -> None:
         with os.fdopen(fd, "wb") as f:
             pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, path)
-    except OSError:
+    except OSError:  # a read-only home: the cache is an optimization, not a requirement
         pass
 
 

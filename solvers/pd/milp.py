@@ -81,31 +81,27 @@ def _solve(
     n: dict[tuple[Any, ...], Any] = {}
     m: dict[tuple[Any, ...], Any] = {}
     cost, gp, eg, gd, ing, gpus = [], [], [], [], [], []
+
+    def instances(var: str, phase: str, i: int, c: Any, g: Any) -> Any:
+        """Integer count of instances of option ``g`` (0 unless class ``c`` is chosen)."""
+        u = math.ceil(rate / min(g.rate_per_s, g.link_capacity_per_s)) + 1
+        v = pulp.LpVariable(f"{var}_{i}_{c[0]}_tp{c[1]}", 0, u, cat="Integer")
+        prob.addConstraint(v <= u * z[c], f"select_{phase}_{i}_{c[0]}_tp{c[1]}")
+        cost.append(_price(g.config.device, prices) * g.config.gpus * v)
+        gpus.append(g.config.gpus * v)
+        return v
+
     for c in classes:
         for k, g in enumerate(opts.prefill[c]):
-            if not g.feasible:
-                continue
-            u = math.ceil(rate / min(g.rate_per_s, g.link_capacity_per_s)) + 1
-            v = pulp.LpVariable(f"n_{k}_{c[0]}_tp{c[1]}", 0, u, cat="Integer")
-            n[("p", c, k)] = v
-            prob += v <= u * z[c], f"select_p_{k}_{c[0]}_tp{c[1]}"
-            price = _price(g.config.device, prices) * g.config.gpus
-            cost.append(price * v)
-            gp.append(g.rate_per_s * v)
-            eg.append(g.link_capacity_per_s * v)
-            gpus.append(g.config.gpus * v)
+            if g.feasible:
+                v = n[("p", c, k)] = instances("n", "p", k, c, g)
+                gp.append(g.rate_per_s * v)
+                eg.append(g.link_capacity_per_s * v)
         for j, g in enumerate(opts.decode[c]):
-            if not g.feasible:
-                continue
-            u = math.ceil(rate / min(g.rate_per_s, g.link_capacity_per_s)) + 1
-            v = pulp.LpVariable(f"m_{j}_{c[0]}_tp{c[1]}", 0, u, cat="Integer")
-            m[("d", c, j)] = v
-            prob += v <= u * z[c], f"select_d_{j}_{c[0]}_tp{c[1]}"
-            price = _price(g.config.device, prices) * g.config.gpus
-            cost.append(price * v)
-            gd.append(g.rate_per_s * v)
-            ing.append(min(g.link_capacity_per_s, _UNCAPPED_LINK_FACTOR * rate) * v)
-            gpus.append(g.config.gpus * v)
+            if g.feasible:
+                v = m[("d", c, j)] = instances("m", "d", j, c, g)
+                gd.append(g.rate_per_s * v)
+                ing.append(min(g.link_capacity_per_s, _UNCAPPED_LINK_FACTOR * rate) * v)
     if not n or not m:
         raise InfeasibleError("no prefill/decode pair of configurations meets both SLOs")
     scale = 1.0 / rate

@@ -137,6 +137,34 @@ def eplb_placement(
     )
 
 
+@dataclass(frozen=True)
+class PlacementReport:
+    """``perfmodel dispatch place``'s answer: the placement problem and its result."""
+
+    model: str
+    hardware: str
+    gpus: int
+    slots_per_gpu: int
+    result: PlacementResult
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.result
+        return {
+            "model": self.model,
+            "hardware": self.hardware,
+            "gpus": self.gpus,
+            "slots_per_gpu": self.slots_per_gpu,
+            "status": r.status,
+            "expected_makespan_s": r.expected_makespan_s,
+            "eplb_expected_makespan_s": r.eplb_expected_makespan_s,
+            "gain": r.gain,
+            "replicas_per_gpu": r.placement.slots_used.tolist(),
+            "placement": r.placement.replicas.tolist(),
+            "solve_time_s": r.solve_time_s,
+            "message": r.message,
+        }
+
+
 def place_ilp(
     samples: ArrayLike,
     profile: MaxAffine,

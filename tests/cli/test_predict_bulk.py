@@ -10,7 +10,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cli.main import app
-from cli.predict_cmd import read_gemm_shapes
+from hardware.gemm_predict import read_gemm_shapes
 
 runner = CliRunner()
 

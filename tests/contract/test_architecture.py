@@ -243,3 +243,47 @@ def test_help_and_catalog_listings_import_no_numerics() -> None:
 def test_capacity_imports_no_stats_plotting_or_solver() -> None:
     mods = _modules_after_command("capacity")
     assert not {"scipy.stats", "plotly", "pulp", "highspy"} & mods
+
+
+# --json comes from a library result's to_dict() (cli.common.json_of): the CLI neither
+# serializes JSON itself nor hands echo_json a dict or list it built.
+BUILT = (ast.Dict, ast.DictComp, ast.List, ast.ListComp, ast.Tuple, ast.Set, ast.GeneratorExp)
+
+
+def hand_built_json(source: str) -> list[int]:
+    """Lines of CLI code that build a command's JSON by hand."""
+    bad = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", "")
+        owner = getattr(f.value, "id", "") if isinstance(f, ast.Attribute) else ""
+        if owner == "json" and name in ("dump", "dumps"):
+            bad.append(node.lineno)
+        elif name == "echo_json":
+            arg = node.args[0] if node.args else None
+            built = isinstance(arg, BUILT) or (
+                isinstance(arg, ast.Call) and getattr(arg.func, "attr", "") == "to_dict"
+            )
+            if built or len(node.args) != 1 or node.keywords:
+                bad.append(node.lineno)
+    return bad
+
+
+def test_cli_builds_no_json_by_hand() -> None:
+    bad = [
+        f"{p.relative_to(REPO)}:{line}"
+        for p in sorted((REPO / "cli").rglob("*.py"))
+        if p.name != "common.py"
+        for line in hand_built_json(p.read_text(encoding="utf-8"))
+    ]
+    assert not bad, f"--json must be echo_json(result) of a library result object: {bad}"
+
+
+def test_hand_built_json_check_catches_a_violation() -> None:
+    assert hand_built_json("echo_json({'model': m.id, **r.to_dict()})") == [1]
+    assert hand_built_json("echo_json([d.to_dict() for d in ds])") == [1]
+    assert hand_built_json("echo_json(r.to_dict())") == [1]
+    assert hand_built_json("typer.echo(json.dumps(out))") == [1]
+    assert hand_built_json("echo_json(report)\necho_json(devices)") == []

@@ -67,7 +67,7 @@ def _check(fn, data: bytes, suffix: str) -> None:  # type: ignore[no-untyped-def
 @FAST
 @given(csv_texts("m,n,k,dtype"))
 def test_shapes_csv(data: bytes) -> None:
-    from cli.predict_cmd import read_gemm_shapes
+    from hardware.gemm_predict import read_gemm_shapes
 
     _check(read_gemm_shapes, data, ".csv")
 

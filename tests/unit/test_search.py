@@ -1,10 +1,12 @@
-"""The one largest-rate bisection (perfmodel.serving.search.max_rate)."""
+"""The one largest-rate bisection and the one CDF-quantile bisection (perfmodel.serving.search)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from perfmodel.serving.search import max_rate
+from perfmodel.serving.search import cdf_quantile, max_rate
 
 
 def test_max_rate_brackets_the_threshold_from_below() -> None:
@@ -26,3 +28,12 @@ def test_tolerance_is_relative_to_scale_or_to_the_current_upper_end() -> None:
 
 def test_lo_is_returned_when_nothing_above_it_passes() -> None:
     assert max_rate(lambda r: False, 8.0, lo=2.0) == 2.0
+
+
+def test_cdf_quantile_of_the_exponential() -> None:
+    # P(X <= x) = 1 - exp(-x): the 90th percentile is ln 10 = 2.302585...
+    cdf = lambda x: 1.0 - math.exp(-x)  # noqa: E731
+    assert cdf_quantile(cdf, 0.9, 0.0, 10.0, iterations=60) == pytest.approx(math.log(10), 1e-12)
+    # a relative tolerance stops early, above the quantile and within the tolerance
+    x = cdf_quantile(cdf, 0.9, 0.0, 10.0, iterations=60, rel_tol=1e-3)
+    assert math.log(10) <= x <= math.log(10) / (1 - 1e-3)
