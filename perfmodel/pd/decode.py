@@ -5,7 +5,8 @@ KV (``s + o`` tokens) on admission (no preemption) and admission is FIFO while t
 capacity ``M`` and the batch cap allow. With ``N̄`` resident requests the step takes
 ``t(N̄)`` (``step_time`` of a decode batch at the step-weighted mean context), and
 Little's law gives the fixed point ``N̄ = r·E[o − 1]·t(N̄)``. Admission is an M/G/c
-queue with ``c = min(cap, M / E[s + o])`` slots (Erlang C, Allen–Cunneen factor
+queue with ``c = min(cap, M / m̄)`` slots, ``m̄ = E[(s + o)(o − 1)]/E[o − 1]`` the
+time-average reservation of a resident (Erlang C, Allen–Cunneen factor
 ``(1 + c_H²)/2``). A tagged request's TPOT is its mean step time, normal around
 ``t(N̄ + 1)`` with the variance of the M/G/∞ batch (``Var N = N̄``) averaged over its
 ``o − 1`` steps, plus its admission wait spread over those steps.
@@ -48,7 +49,7 @@ class DecodeProfile:
 
     config: PhaseConfig
     kv_capacity_tokens: int
-    slots: float  # c = min(cap, M / E[s + o])
+    slots: float  # c = min(cap, M / m̄), m̄ = E[(s + o)(o − 1)]/E[o − 1]
     slot_limit: str  # kv-memory | batch-cap
     multi_fraction: float  # P(o >= 2): requests that decode at all
     steps: Arr  # atoms of n = o − 1 (o >= 2 only)
@@ -157,7 +158,11 @@ def decode_profile(
 ) -> DecodeProfile:
     """Step times, slots and output atoms of one decode instance type."""
     M = decode_kv_capacity(model, config, lengths)
-    mean_total = lengths.expect(lambda s, o: s + o)
+    # a resident holds s + o tokens for its o − 1 steps: the slots are M over the
+    # footprint a resident has on average over time, E[(s + o)(o − 1)]/E[o − 1] (long
+    # outputs hold their large reservations longest), not over E[s + o] -- on chat that
+    # is 18 % larger and the admission waits it causes set the TPOT tail
+    mean_total = _resident_footprint_tokens(lengths)
     mem_slots = M / mean_total
     slots = mem_slots if config.batch_cap is None else min(mem_slots, float(config.batch_cap))
     limit = (
@@ -241,6 +246,15 @@ def _emg_cdf(x: float, mean: Arr, sigma: Arr, theta: Arr) -> Arr:
         emg = exponnorm_cdf(x, np.where(narrow, 1.0, k), loc=mean, scale=sigma)
         expo = np.where(x > mean, -np.expm1(-(x - mean) / theta), 0.0)
     return np.where(narrow, expo, emg)
+
+
+def _resident_footprint_tokens(lengths: LengthDistribution) -> float:
+    """``E[(s + o)(o − 1)]/E[o − 1]``: the time-average reservation of a decoding request."""
+    n = np.maximum(lengths.output_tokens - 1, 0).astype(np.float64)
+    w = lengths.weights * n
+    if w.sum() <= 0:
+        return float(lengths.expect(lambda s, o: s + o))
+    return float(np.dot(w, lengths.input_tokens + lengths.output_tokens) / w.sum())
 
 
 def _sum_ctx_sq(s: NDArray[np.int64], n: NDArray[np.int64]) -> Arr:

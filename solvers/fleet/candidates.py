@@ -267,6 +267,20 @@ def evaluate_pd(
     return value
 
 
+def phase_slo(slo: SLO) -> SLO:
+    """The per-phase SLO of disaggregated roles that keeps the plan's attainment goal.
+
+    The plan asks that a fraction ``goal`` of requests meet *both* targets (as the
+    colocated goodput does, ``P(TTFT ok)·P(TPOT ok) ≥ goal``). A prefill instance and a
+    decode instance are separate queues, so a request's TTFT and TPOT are independent
+    and the joint attainment is the product of the phases'. The PD models size each
+    phase to a percentile; with each at ``√goal`` the product is ``goal``. Per-phase
+    p90 alone (DistServe's criterion, ``pd plan``) lets the joint attainment fall to
+    0.9 × 0.9 = 81 %: Llama-3.1-70B chat on MI300X at 50 req/s simulated 81.6 %.
+    """
+    return replace(slo, percentile=max(slo.percentile, math.sqrt(slo.goal)))
+
+
 def _evaluate_pd(
     model: ModelSpec, workload: Workload, slo: SLO, devices: Sequence[Device]
 ) -> tuple[list[Candidate], list[str]]:
@@ -277,7 +291,7 @@ def _evaluate_pd(
         return [], ["prefill/decode roles: no device computes in bf16"]
     try:
         opts = evaluate_options(
-            model, workload.lengths, slo, prefill_devices=usable, decode_devices=usable
+            model, workload.lengths, phase_slo(slo), prefill_devices=usable, decode_devices=usable
         )
     except InfeasibleError as e:
         return [], [f"prefill/decode roles: {e}"]
