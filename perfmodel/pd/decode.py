@@ -61,6 +61,9 @@ class DecodeProfile:
     floor_tpot: Arr  # unloaded TPOT per (s, o) atom (o >= 2)
     floor_weights: Arr
     receive_s_mean: float  # E[receive time]: the ingress link's occupancy per request
+    #: variance/mean of the reserved KV in units of the mean reservation (Hayward): 1
+    #: for equal reservations or a batch-count limit
+    peakedness: float = 1.0
 
     def step_at(self, n: float) -> float:
         return float(np.interp(n, self.batch_grid, self.step_s))
@@ -108,11 +111,15 @@ class DecodeProfile:
         if not slot_limit:
             return float(np.dot(w, base))
         # admission wait: M/G/c, Erlang C with the Allen–Cunneen factor
-        offered = nbar
-        c_wait = erlang_c(self.slots, offered)
+        # reservations of unequal sizes: Hayward's equivalent servers, slots and offered
+        # load divided by the occupancy's peakedness z (1 for a count-limited batch)
+        z = self.peakedness
+        offered = nbar / z
+        servers = self.slots / z
+        c_wait = erlang_c(servers, offered)
         hold_s = en * t_bar
         cv2 = float(np.dot(w, n**2)) / en**2 - 1.0
-        c_int = max(int(self.slots), 1)
+        c_int = max(int(servers), 1)
         wq = c_wait * hold_s / (c_int - offered) * (1 + cv2) / 2 if offered < c_int else math.inf
         if not math.isfinite(wq):
             return 0.0
@@ -162,7 +169,7 @@ def decode_profile(
     # footprint a resident has on average over time, E[(s + o)(o − 1)]/E[o − 1] (long
     # outputs hold their large reservations longest), not over E[s + o] -- on chat that
     # is 18 % larger and the admission waits it causes set the TPOT tail
-    mean_total = _resident_footprint_tokens(lengths)
+    mean_total, peak = _resident_footprint_tokens(lengths)
     mem_slots = M / mean_total
     slots = mem_slots if config.batch_cap is None else min(mem_slots, float(config.batch_cap))
     limit = (
@@ -225,6 +232,7 @@ def decode_profile(
         floor_tpot=np.asarray(floor),
         floor_weights=mw,
         receive_s_mean=recv,
+        peakedness=peak if limit == "kv-memory" else 1.0,
     )
 
 
@@ -248,13 +256,19 @@ def _emg_cdf(x: float, mean: Arr, sigma: Arr, theta: Arr) -> Arr:
     return np.where(narrow, expo, emg)
 
 
-def _resident_footprint_tokens(lengths: LengthDistribution) -> float:
-    """``E[(s + o)(o − 1)]/E[o − 1]``: the time-average reservation of a decoding request."""
+def _resident_footprint_tokens(lengths: LengthDistribution) -> tuple[float, float]:
+    """``m̄ = E[g·h]/E[h]`` (``g = s + o`` reserved, ``h = o − 1`` steps held): the
+    time-average reservation of a decoding request; and the peakedness of the reserved
+    total in units of ``m̄``, ``z = E[g²·h]/(E[g·h]·m̄)`` (M/G/∞ occupancy in tokens:
+    mean ``λE[g·h]``, variance ``λE[g²·h]``; Hayward's approximation treats it as ``1/z``
+    times as many servers of ``z·m̄`` tokens)."""
     n = np.maximum(lengths.output_tokens - 1, 0).astype(np.float64)
+    g = (lengths.input_tokens + lengths.output_tokens).astype(np.float64)
     w = lengths.weights * n
     if w.sum() <= 0:
-        return float(lengths.expect(lambda s, o: s + o))
-    return float(np.dot(w, lengths.input_tokens + lengths.output_tokens) / w.sum())
+        return float(lengths.expect(lambda s, o: s + o)), 1.0
+    m1 = float(np.dot(w, g) / w.sum())
+    return m1, float(np.dot(w, g * g) / np.dot(w, g)) / m1
 
 
 def _sum_ctx_sq(s: NDArray[np.int64], n: NDArray[np.int64]) -> Arr:

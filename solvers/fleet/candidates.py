@@ -152,15 +152,15 @@ def _key_device(d: Device) -> Device:
 def _evaluate_one(
     model: ModelSpec, device: Device, plan: ParallelPlan, workload: Workload, slo: SLO, B: int
 ) -> Candidate | str:
-    from perfmodel.serving import goodput as q_goodput
     from perfmodel.serving import service as q
     from perfmodel.step.instance import Instance
+    from solvers.fleet.search import fleet_goodput
 
     try:
         sr = q.service_rate(Instance(model, device, plan), workload, max_batched_tokens=B)
     except (InfeasibleError, SpecError) as e:
         return f"{device.id} TP{plan.tp}: {e}"
-    gp = q_goodput.goodput(sr, slo, rel_tol=GOODPUT_REL_TOL)
+    gp = fleet_goodput(sr, slo, rel_tol=GOODPUT_REL_TOL)
     return Candidate(
         device=device,
         tp=plan.tp,
@@ -242,56 +242,53 @@ def evaluate_colocated(
     return out, rejected + more
 
 
-def pd_job(model: ModelSpec, workload: Workload, slo: SLO, devices: Sequence[Device]) -> Job:
-    """The cacheable evaluation of every prefill and decode configuration."""
+def pd_jobs(model: ModelSpec, workload: Workload, slo: SLO, devices: Sequence[Device]) -> list[Job]:
+    """The cacheable evaluations of every prefill and decode configuration: one job per
+    decode device (each with every prefill configuration against its decode classes), so
+    that they run in parallel; :func:`pd_results` joins them."""
     lw = workload.lengths
-    key = digest(
-        "pd", model, [_key_device(d) for d in devices], lw.input_tokens, lw.output_tokens,
-        lw.weights, slo,
-    )  # fmt: skip
-    return Job("pd", key, functools.partial(_evaluate_pd, model, workload, slo, devices))
+    keys = [_key_device(d) for d in devices]
+    return [
+        Job(
+            "pd",
+            digest("pd", model, keys, i, lw.input_tokens, lw.output_tokens, lw.weights, slo),
+            functools.partial(_evaluate_pd, model, workload, slo, devices, d),
+        )
+        for i, d in enumerate([d for d in devices if compute_dtype(d) == "bf16"] or [None])
+    ]
 
 
-def evaluate_pd(
-    model: ModelSpec,
-    workload: Workload,
-    slo: SLO,
-    devices: Sequence[Device],
-    *,
-    use_cache: bool = True,
+def pd_results(
+    values: Sequence[tuple[list[Candidate], list[str]]],
 ) -> tuple[list[Candidate], list[str]]:
-    """Prefill and decode candidates, every prefill evaluated against every decode class."""
-    value: tuple[list[Candidate], list[str]] = run_jobs(
-        [pd_job(model, workload, slo, devices)], enabled=use_cache
-    )[0]
-    return value
+    """The joined candidates of :func:`pd_jobs`; the reason only when none has any."""
+    cands = [c for cs, _ in values for c in cs]
+    return (cands, []) if cands else ([], values[-1][1] if values else [])
 
 
 def phase_slo(slo: SLO) -> SLO:
     """The per-phase SLO of disaggregated roles that keeps the plan's attainment goal.
 
     The plan asks that a fraction ``goal`` of requests meet *both* targets (as the
-    colocated goodput does, ``P(TTFT ok)·P(TPOT ok) ≥ goal``). A prefill instance and a
-    decode instance are separate queues, so a request's TTFT and TPOT are independent
-    and the joint attainment is the product of the phases'. The PD models size each
-    phase to a percentile; with each at ``√goal`` the product is ``goal``. Per-phase
-    p90 alone (DistServe's criterion, ``pd plan``) lets the joint attainment fall to
-    0.9 × 0.9 = 81 %: Llama-3.1-70B chat on MI300X at 50 req/s simulated 81.6 %.
+    colocated goodput does). Prefill and decode instances are separate queues, so TTFT
+    and TPOT are independent and the joint attainment is the product of the phases':
+    each at ``√goal``. Per-phase p90 alone (DistServe's criterion, ``pd plan``) let it
+    fall to 0.9 × 0.9: Llama-3.1-70B chat on MI300X at 50 req/s simulated 81.6 %.
     """
     return replace(slo, percentile=max(slo.percentile, math.sqrt(slo.goal)))
 
 
 def _evaluate_pd(
-    model: ModelSpec, workload: Workload, slo: SLO, devices: Sequence[Device]
+    model: ModelSpec, workload: Workload, slo: SLO, devices: Sequence[Device], decode: Any
 ) -> tuple[list[Candidate], list[str]]:
     from solvers.pd.enumerate import evaluate_options
 
     usable = [d for d in devices if compute_dtype(d) == "bf16"]
-    if not usable:
+    if not usable or decode is None:
         return [], ["prefill/decode roles: no device computes in bf16"]
     try:
         opts = evaluate_options(
-            model, workload.lengths, phase_slo(slo), prefill_devices=usable, decode_devices=usable
+            model, workload.lengths, phase_slo(slo), prefill_devices=usable, decode_devices=[decode]
         )
     except InfeasibleError as e:
         return [], [f"prefill/decode roles: {e}"]
