@@ -151,3 +151,21 @@ def tpot_mixture(
         z = np.zeros(1)
         tpot = Mixture(weights=z + 1, base=z, p=z, shape=z + 1, scale=z)
     return tpot, p_multi, float(np.dot(n_w, n_vals * (t0_seen + ex_mean)))
+
+
+def window_variance_factor(steps: Arr, weights: Arr) -> Arr:
+    """Share of ``Var N`` left in the mean of ``N`` over a window of ``L`` decode steps
+    (``L`` each atom of ``steps``), for an M/G/∞ population whose members hold ``h``
+    steps (``h`` ~ ``steps``/``weights``): ``2·E_h[J(L, h)]/(E[h]·L²)`` with ``J`` the
+    integrated overlap ``L²h/2 − L³/6`` (``h ≥ L``) or ``Lh²/2 − h³/6`` (``h < L``)."""
+    L = steps[:, None]
+    h = steps[None, :]
+    j = np.where(h >= L, L**2 * h / 2 - L**3 / 6, L * h**2 / 2 - h**3 / 6)
+    return np.asarray(2.0 * (j @ weights) / (float(weights @ steps) * steps**2))
+
+
+def sum_ctx_sq(s: NDArray[np.int64], n: NDArray[np.int64]) -> Arr:
+    """``Σ_{j=1..n} (s + j − 1)²``: step-summed squared context of a request."""
+    s_ = s.astype(float)
+    n_ = n.astype(float)
+    return n_ * s_**2 + s_ * n_ * (n_ - 1) + (n_ - 1) * n_ * (2 * n_ - 1) / 6

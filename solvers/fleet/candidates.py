@@ -10,9 +10,8 @@ capacity (``perfmodel.memory``), then the goodput under the SLO from the queuein
 * *prefill/decode* roles (``--allow-pd``): ``solvers.pd_enumerate.evaluate_options``,
   whose prefill goodputs depend on the decode class receiving the KV cache (the link).
 
-The preset workloads are discretized on a 64 × 64 grid of mid-quantile atoms for
-planning (the presets use 512 × 512): 16× fewer atoms, goodputs within 4 % of the fine
-grid on Llama-3.1-70B chat (H100 TP4 +0.7 %, MI300X TP1 +3.9 %, A100 TP8 +2.0 %).
+The preset workloads are discretized on a 64 × 64 grid refined in the tails for
+planning (:mod:`solvers.fleet.planning`; the presets use 512 × 512).
 Goodput is searched to 1 % (the capacity command uses 0.1 %).
 Every evaluation is cached on disk (:mod:`solvers.fleet.cache`).
 """
@@ -29,31 +28,16 @@ from hardware.device import Device
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.plan import ParallelPlan
-from perfmodel.workload.lengths import lognormal_lengths
-from perfmodel.workload.presets import PRESETS, Workload
+from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
-from solvers.fleet.cache import Job, cached, digest, run_jobs
+from solvers.fleet.cache import Job, digest, run_jobs
+from solvers.fleet.planning import planning_workload as planning_workload  # re-export
 from solvers.pd.enumerate import valid_tps
 
-PLAN_LENGTH_ATOMS = 64
 TP_CANDIDATES = (1, 2, 4, 8)
 GOODPUT_REL_TOL = 0.01
 DEFAULT_MAX_BATCHED_TOKENS = 8192
 ROLES = ("colocated", "prefill", "decode")
-
-
-def planning_workload(name: str, *, arrival_cv: float = 1.0) -> Workload:
-    """A preset workload on the planner's coarser length grid (see the module docstring)."""
-    if name not in PRESETS:
-        raise SpecError(f"unknown workload {name!r}; valid: {', '.join(PRESETS)} (or --trace CSV)")
-    i, o = PRESETS[name]
-    # cached: building the atoms imports scipy.special (0.7 s of a warm plan's start-up)
-    lengths = cached(
-        "workload",
-        digest("lengths", name, i, o, PLAN_LENGTH_ATOMS),
-        functools.partial(lognormal_lengths, i, o, name=name, n=PLAN_LENGTH_ATOMS),
-    )
-    return Workload(name, lengths, arrival_cv)
 
 
 @dataclass(frozen=True)
