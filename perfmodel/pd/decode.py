@@ -5,7 +5,8 @@ KV (``s + o`` tokens) on admission (no preemption) and admission is FIFO while t
 capacity ``M`` and the batch cap allow. With ``N̄`` resident requests the step takes
 ``t(N̄)`` (``step_time`` of a decode batch at the step-weighted mean context), and
 Little's law gives the fixed point ``N̄ = r·E[o − 1]·t(N̄)``. Admission is an M/G/c
-queue with ``c = min(cap, M / E[s + o])`` slots (Erlang C, Allen–Cunneen factor
+queue with ``c = min(cap, M / m̄)`` slots, ``m̄ = E[(s + o)(o − 1)]/E[o − 1]`` the
+time-average reservation of a resident (Erlang C, Allen–Cunneen factor
 ``(1 + c_H²)/2``). A tagged request's TPOT is its mean step time, normal around
 ``t(N̄ + 1)`` with the variance of the M/G/∞ batch (``Var N = N̄``) averaged over its
 ``o − 1`` steps, plus its admission wait spread over those steps.
@@ -32,6 +33,7 @@ from perfmodel.pd.config import (
     weighted_quantile,
 )
 from perfmodel.serving.classic_queues import erlang_c
+from perfmodel.serving.latency_laws import sum_ctx_sq, window_variance_factor
 from perfmodel.serving.search import cdf_quantile, max_rate
 from perfmodel.serving.servemix import compress_atoms
 from perfmodel.step.batch import Batch
@@ -48,7 +50,7 @@ class DecodeProfile:
 
     config: PhaseConfig
     kv_capacity_tokens: int
-    slots: float  # c = min(cap, M / E[s + o])
+    slots: float  # c = min(cap, M / m̄), m̄ = E[(s + o)(o − 1)]/E[o − 1]
     slot_limit: str  # kv-memory | batch-cap
     multi_fraction: float  # P(o >= 2): requests that decode at all
     steps: Arr  # atoms of n = o − 1 (o >= 2 only)
@@ -60,6 +62,9 @@ class DecodeProfile:
     floor_tpot: Arr  # unloaded TPOT per (s, o) atom (o >= 2)
     floor_weights: Arr
     receive_s_mean: float  # E[receive time]: the ingress link's occupancy per request
+    #: variance/mean of the reserved KV in units of the mean reservation (Hayward): 1
+    #: for equal reservations or a batch-count limit
+    peakedness: float = 1.0
     # the rate-dependent parts of tpot_cdf by (rate, slot_limit): a quantile or an SLO
     # sweep asks at the same rates again
     _by_rate: dict[tuple[float, bool], Any] = field(
@@ -84,20 +89,41 @@ class DecodeProfile:
         t = np.interp(n, self.batch_grid, self.step_s)
         return float((n / (en * t)).max()) / self.multi_fraction
 
-    def mean_batch(self, rate_per_s: float, limit: float | None = None) -> float | None:
-        """Fixed point ``N̄ = r·E[o−1]·t(N̄)``; None when it reaches the slots (unstable)."""
+    def batch_law(self, rate_per_s: float, limit: float | None = None) -> Arr | None:
+        """The stationary law of the residents ``N`` (index = ``N``); None when unstable.
+
+        Every resident advances one step per iteration of ``t(N)``: a processor-sharing
+        server of total rate ``N/t(N)`` steps per second, a symmetric queue whose law is
+        insensitive to the output lengths (Kelly, *Reversibility and Stochastic
+        Networks*, 1979, §3.3): ``π(N)/π(N − 1) = λ·E[o − 1]·t(N)/N``. A constant ``t``
+        gives the Poisson law of M/G/∞; ``t ∝ N`` the geometric one of M/G/1-PS. With a
+        convex ``t`` (the per-sequence cost grows with the batch) the tail is heavy long
+        before the mean-field fixed point ``N̄ = λ·E[o − 1]·t(N̄)`` stops existing
+        (Llama-3.1-70B on 4 MI300X at 41 req/s: fixed point 373, simulated TPOT 10 %
+        above ``t(N̄)`` and growing). Unstable when the mean reaches ``limit`` (default:
+        the slots) or mass reaches the end of the tabulated grid.
+        """
         en = float(np.dot(self.step_weights, self.steps))
         lam = rate_per_s * self.multi_fraction
         lim = self.slots if limit is None else float(limit)
-        n = 0.0
-        for _ in range(500):
-            new = lam * en * self.step_at(n)
-            if new >= lim:
-                return None
-            if abs(new - n) <= 1e-9 * max(new, 1.0):
-                return new
-            n = new
-        return n
+        top = int(self.batch_grid[-1])
+        if lam <= 0:
+            law = np.zeros(top + 1)
+            law[0] = 1.0
+            return law
+        k = np.arange(1, top + 1, dtype=np.float64)
+        t = np.interp(k, self.batch_grid, self.step_s)
+        logp = np.concatenate([[0.0], np.cumsum(np.log(lam * en * t) - np.log(k))])
+        law = np.exp(logp - logp.max())
+        law /= law.sum()
+        if law[-1] > 1e-9 or float(np.arange(top + 1) @ law) >= lim:
+            return None
+        return law
+
+    def mean_batch(self, rate_per_s: float, limit: float | None = None) -> float | None:
+        """``E[N]`` under :meth:`batch_law`; None when unstable."""
+        law = self.batch_law(rate_per_s, limit)
+        return None if law is None else float(np.arange(law.size) @ law)
 
     def tpot_cdf(self, rate_per_s: float, x_s: float, *, slot_limit: bool = True) -> float:
         """``P(TPOT ≤ x)`` over decoding requests at a Poisson rate (0 when unstable).
@@ -124,32 +150,34 @@ class DecodeProfile:
     ) -> tuple[Arr, Arr, float, Arr | None] | None:
         """``(mean, σ, P(wait), mean wait per step given waiting)`` of the TPOT mixture at a
         rate; None when the batch or the admission queue is unstable."""
-        nbar = self.mean_batch(rate_per_s, self.slots if slot_limit else self.batch_grid[-1] - 1)
-        if nbar is None:
+        law = self.batch_law(rate_per_s, self.slots if slot_limit else self.batch_grid[-1] - 1)
+        if law is None:
             return None
+        states = np.arange(law.size, dtype=np.float64)
+        nbar = float(states @ law)
+        var_n = float(((states - nbar) ** 2) @ law)
         n = self.steps
         w = self.step_weights
         t_bar = self.step_at(nbar)
         en = float(np.dot(w, n))
         # batch-noise: M/G/∞ correlation over the request's window of L = n steps
-        hold = n  # holding times of the others, in steps
-        ehold = en
-        L = n[:, None]
-        h = hold[None, :]
-        j = np.where(h >= L, L**2 * h / 2 - L**3 / 6, L * h**2 / 2 - h**3 / 6)
-        var_avg = nbar * 2.0 * (j @ w) / (ehold * n**2) * self.var_coef_s2
+        var_avg = var_n * window_variance_factor(n, w) * self.var_coef_s2
         sigma = np.sqrt(np.maximum(var_avg, 0.0)) + 1e-12 * t_bar
-        mean = np.full(
-            n.shape, self.step_at(min(nbar + 1.0, self.slots) if slot_limit else nbar + 1)
-        )
+        top = self.slots if slot_limit else math.inf
+        t_seen = np.interp(np.minimum(states + 1.0, top), self.batch_grid, self.step_s)
+        mean = np.full(n.shape, float(t_seen @ law))  # E[t(N + 1)]: convex t, above t(N̄ + 1)
         if not slot_limit:
             return mean, sigma, 0.0, None
         # admission wait: M/G/c, Erlang C with the Allen–Cunneen factor
-        offered = nbar
-        c_wait = erlang_c(self.slots, offered)
+        # reservations of unequal sizes: Hayward's equivalent servers, slots and offered
+        # load divided by the occupancy's peakedness z (1 for a count-limited batch)
+        z = self.peakedness
+        offered = nbar / z
+        servers = self.slots / z
+        c_wait = erlang_c(servers, offered)
         hold_s = en * t_bar
         cv2 = float(np.dot(w, n**2)) / en**2 - 1.0
-        c_int = max(int(self.slots), 1)
+        c_int = max(int(servers), 1)
         wq = c_wait * hold_s / (c_int - offered) * (1 + cv2) / 2 if offered < c_int else math.inf
         if not math.isfinite(wq):
             return None
@@ -190,7 +218,11 @@ def decode_profile(
 ) -> DecodeProfile:
     """Step times, slots and output atoms of one decode instance type."""
     M = decode_kv_capacity(model, config, lengths)
-    mean_total = lengths.expect(lambda s, o: s + o)
+    # a resident holds s + o tokens for its o − 1 steps: the slots are M over the
+    # footprint a resident has on average over time, E[(s + o)(o − 1)]/E[o − 1] (long
+    # outputs hold their large reservations longest), not over E[s + o] -- on chat that
+    # is 18 % larger and the admission waits it causes set the TPOT tail
+    mean_total, peak = _resident_footprint_tokens(lengths)
     mem_slots = M / mean_total
     slots = mem_slots if config.batch_cap is None else min(mem_slots, float(config.batch_cap))
     limit = (
@@ -216,7 +248,7 @@ def decode_profile(
     )
     ctx = e_ctx_sum / e_steps
     ctx2 = (
-        float(np.dot(sub_w, _sum_ctx_sq(lengths.input_tokens, lengths.output_tokens - 1))) / e_steps
+        float(np.dot(sub_w, sum_ctx_sq(lengths.input_tokens, lengths.output_tokens - 1))) / e_steps
     )
     top = 4 * slots + 8  # room above the slots for the unlimited (limiter) evaluation
     grid = np.unique(np.concatenate([np.linspace(0, top, 513), np.arange(0, 9)]))
@@ -253,6 +285,7 @@ def decode_profile(
         floor_tpot=np.asarray(floor),
         floor_weights=mw,
         receive_s_mean=recv,
+        peakedness=peak if limit == "kv-memory" else 1.0,
     )
 
 
@@ -276,11 +309,19 @@ def _emg_cdf(x: float, mean: Arr, sigma: Arr, theta: Arr) -> Arr:
     return np.where(narrow, expo, emg)
 
 
-def _sum_ctx_sq(s: NDArray[np.int64], n: NDArray[np.int64]) -> Arr:
-    """``Σ_{j=1..n} (s + j − 1)²``: step-summed squared context of a request."""
-    s_ = s.astype(float)
-    n_ = n.astype(float)
-    return n_ * s_**2 + s_ * n_ * (n_ - 1) + (n_ - 1) * n_ * (2 * n_ - 1) / 6
+def _resident_footprint_tokens(lengths: LengthDistribution) -> tuple[float, float]:
+    """``m̄ = E[g·h]/E[h]`` (``g = s + o`` reserved, ``h = o − 1`` steps held): the
+    time-average reservation of a decoding request; and the peakedness of the reserved
+    total in units of ``m̄``, ``z = E[g²·h]/(E[g·h]·m̄)`` (M/G/∞ occupancy in tokens:
+    mean ``λE[g·h]``, variance ``λE[g²·h]``; Hayward's approximation treats it as ``1/z``
+    times as many servers of ``z·m̄`` tokens)."""
+    n = np.maximum(lengths.output_tokens - 1, 0).astype(np.float64)
+    g = (lengths.input_tokens + lengths.output_tokens).astype(np.float64)
+    w = lengths.weights * n
+    if w.sum() <= 0:
+        return float(lengths.expect(lambda s, o: s + o)), 1.0
+    m1 = float(np.dot(w, g) / w.sum())
+    return m1, float(np.dot(w, g * g) / np.dot(w, g)) / m1
 
 
 def decode_goodput(profile: DecodeProfile, slo: SLO) -> PhaseGoodput:

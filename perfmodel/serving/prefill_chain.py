@@ -160,6 +160,19 @@ class Transition:
         y[..., -1] += np.maximum(conv[..., n:], 0.0).sum(axis=-1)
         return y
 
+    def backward(self, f: Arr) -> Arr:
+        """``T·f`` for a function over the states: ``(T·f)(i) = E[f(U_{k+1}) | U_k = i]``."""
+        G, n = self.per_budget, self.states
+        out = np.empty(n)
+        out[: G + 1] = self.arrivals @ f
+        # state G + k leaves k grid steps: E[f(min(k + A, n − 1))], a correlation with A_G
+        f_ext = np.concatenate([f, np.full(n, f[-1])])
+        size = 1 << math.ceil(math.log2(3 * n))
+        a_hat = np.fft.rfft(self.arrivals[-1], size)
+        corr = np.fft.irfft(np.conj(a_hat) * np.fft.rfft(f_ext, size), size)
+        out[G + 1 :] = corr[1 : n - G]
+        return out
+
 
 @dataclass(frozen=True)
 class BacklogChain:

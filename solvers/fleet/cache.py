@@ -3,11 +3,12 @@
 Keyed by a SHA-256 of everything the evaluation reads: the model, device, plan,
 workload lengths and burstiness, SLO, engine settings, and the source text of the
 ``perfmodel`` and ``hardware`` packages, of the PD planner's modules and of
-``solvers/fleet/candidates.py`` (so a change to the performance model invalidates every
-entry; a change to the fleet MILP or the report does not). Entries are pickles of the
-project's own frozen dataclasses, written atomically. Directory: ``$PERFMODEL_CACHE_DIR``, else
-``$XDG_CACHE_HOME/perfmodel``, else ``~/.cache/perfmodel``; ``PERFMODEL_CACHE_DIR=off``
-disables it.
+``solvers/fleet/candidates.py``, ``search.py`` and ``planning.py`` (so a change to the
+performance model invalidates every entry; a change to the fleet MILP or the report does
+not). Entries are
+pickles of the project's own frozen dataclasses, written atomically. Directory:
+``$PERFMODEL_CACHE_DIR``, else ``$XDG_CACHE_HOME/perfmodel``, else ``~/.cache/perfmodel``;
+``PERFMODEL_CACHE_DIR=off`` disables it.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ def code_version() -> str:
     root = Path(__file__).resolve().parents[2]
     files = [*(root / "perfmodel").rglob("*.py"), *(root / "hardware").rglob("*.py")]
     files += [*(root / "solvers").rglob("pd*.py"), root / "solvers/fleet/candidates.py"]
+    files += [root / "solvers/fleet/search.py", root / "solvers/fleet/planning.py"]
     files += [*(root / "solvers").rglob("pd/*.py")]
     for f in sorted(set(files)):
         h.update(f.relative_to(root).as_posix().encode())

@@ -30,7 +30,8 @@ from solvers.fleet.candidates import (
     Candidate,
     colocated_jobs,
     colocated_results,
-    pd_job,
+    pd_jobs,
+    pd_results,
     size_buckets,
     with_buckets,
 )
@@ -91,7 +92,7 @@ def evaluate(inputs: PlanInputs) -> tuple[list[Candidate], list[str]]:
         m, w, slo, devs, max_batched_tokens=inputs.max_batched_tokens, engine=eng
     )
     pd = inputs.allow_pd and inputs.buckets == 1
-    extra = [pd_job(m, w, slo, devs, eng)] if pd else []
+    extra = pd_jobs(m, w, slo, devs, eng) if pd else []
     values = run_jobs([*extra, *(j for _, j in jobs)], enabled=cache)
     cands, more = colocated_results(jobs, values[len(extra) :])
     rejected += more
@@ -102,7 +103,7 @@ def evaluate(inputs: PlanInputs) -> tuple[list[Candidate], list[str]]:
         )  # fmt: skip
         return cands, rejected  # PD roles are not combined with buckets
     if pd:
-        pd_cands, why = values[0]
+        pd_cands, why = pd_results(values[: len(extra)])
         by_id = {d.id: d for d in devs}
         cands += [replace(c, device=by_id.get(c.device.id, c.device)) for c in pd_cands]
         rejected += why

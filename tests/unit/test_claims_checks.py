@@ -332,12 +332,30 @@ def test_not_checkable_says_what_is_missing() -> None:
     assert o.not_checkable == "no linear attention"
 
 
+def _ps_decode_rate(inst: Instance, slots: float, steps: int, context: float) -> float:
+    """The largest rate whose decode residents ``N`` keep ``E[N] < c``, with ``N`` the
+    processor-sharing law ``π(N)/π(N−1) = λ·E[o−1]·t(N)/N`` (every resident advances one
+    step per iteration of ``t(N)``), over batches up to ``4c + 8``."""
+    from scipy.optimize import brentq
+
+    k = np.arange(1.0, int(4 * slots + 8) + 1)
+    t = inst.iteration_s(Batch.decode(k, context))
+
+    def mean_n(lam: float) -> float:
+        logp = np.concatenate([[0.0], np.cumsum(np.log(lam * steps * t) - np.log(k))])
+        p = np.exp(logp - logp.max())
+        return float(np.arange(k.size + 1) @ (p / p.sum()))
+
+    return float(brentq(lambda lam: mean_n(lam) - slots, 1.0, float(slots / (steps * t[0]))))
+
+
 def test_pd_gain_by_hand_at_loose_slo() -> None:
     """Fixed 1024/128 requests, Llama-3.1-8B, H100 TP1, SLOs so loose that every goodput is
-    its capacity: prefill ``1/t(1024-token prompt)`` (1024 > L_m, so one prompt per batch),
-    decode ``max_{n ≤ c} n/(127·t(n))`` (Little's law over the 127 decode steps, c the KV
-    slots), PD per GPU ``1/(1/g_p + 1/g_d)``; colocated: its service rate μ. Each from the
-    step-time and memory primitives, not from the planner."""
+    its stability limit: prefill ``1/t(1024-token prompt)`` (1024 > L_m, so one prompt per
+    batch); decode the largest rate whose processor-sharing law of residents keeps
+    ``E[N]`` below the ``c`` KV slots (127 decode steps per request, mean context
+    1024 + 63); PD per GPU ``1/(1/g_p + 1/g_d)``; colocated: its service rate μ. Each from
+    the step-time and memory primitives, not from the planner."""
     from perfmodel.pd.config import PhaseConfig
     from perfmodel.pd.prefill import prefill_batch_tokens
     from perfmodel.workload.lengths import LengthDistribution
@@ -352,8 +370,7 @@ def test_pd_gain_by_hand_at_loose_slo() -> None:
     reserve = int(min(max(256, 2 * m0 / 1152), 8192))
     slots = memory_fit(M8, h100, ParallelPlan(tp=1), max_batched_tokens=reserve).kv_capacity_tokens
     slots /= 1152
-    n = np.append(np.arange(1.0, slots), slots)
-    g_d = float((n / (127 * inst.iteration_s(Batch.decode(n, 1024 + 63)))).max())
+    g_d = _ps_decode_rate(inst, slots, 127, 1024 + 63)
     pd_per_gpu = 1.0 / (1.0 / g_p + 1.0 / g_d)
     lengths = LengthDistribution("fixed", np.array([1024]), np.array([128]), np.array([1.0]))
     mu = service_rate(inst, Workload("fixed", lengths), max_batched_tokens=2048).rate_per_s
@@ -371,19 +388,19 @@ def test_pd_gain_by_hand_at_loose_slo() -> None:
     assert float(steps["prefill config, goodput per instance (req/s)"].split(", ")[1]) == (
         pytest.approx(g_p, rel=2e-3)
     )
+    # the profile interpolates t(N) on a 513-point grid; the law here uses every integer N
     assert float(steps["decode config, goodput per instance (req/s)"].split(", ")[1]) == (
-        pytest.approx(g_d, rel=2e-3)
+        pytest.approx(g_d, rel=5e-3)
     )
-    assert float(steps["PD goodput per GPU at scale (req/s)"]) == pytest.approx(pd_per_gpu, 3e-3)
+    assert float(steps["PD goodput per GPU at scale (req/s)"]) == pytest.approx(pd_per_gpu, 5e-3)
     # the colocated bisection stops within its 2 % tolerance below μ
-    assert o.value == pytest.approx(pd_per_gpu / mu, rel=0.025)
-    assert o.value >= pd_per_gpu / mu * (1 - 1e-3)
+    assert o.value == pytest.approx(pd_per_gpu / mu, rel=0.03)
 
 
 def test_decode_goodput_never_exceeds_its_capacity() -> None:
-    """The capacity is the largest Little's-law rate over every batch up to the slots: a
-    step time with a jump (tile padding) below the slots makes it larger than
-    ``c/(E[o−1]·t(c))``, and the goodput search must be bracketed by it."""
+    """The capacity bracket is the largest Little's-law rate over every batch up to the
+    slots: a step time with a jump (tile padding) below the slots makes it larger than
+    ``c/(E[o−1]·t(c))``; the goodput (processor-sharing law of the residents) stays below it."""
     from perfmodel.pd.config import PhaseConfig, kv_link
     from perfmodel.pd.decode import decode_goodput, decode_profile
     from perfmodel.workload.lengths import LengthDistribution
@@ -395,9 +412,8 @@ def test_decode_goodput_never_exceeds_its_capacity() -> None:
     prof = decode_profile(M8, dc, lengths, link=kv_link(pc, dc))
     g = decode_goodput(prof, SLO(ttft_s=1e3, tpot_s=1e3))
     at_slots = prof.slots / (127 * prof.step_at(prof.slots))
-    assert prof.capacity_rate_per_s >= at_slots
+    assert prof.capacity_rate_per_s > at_slots * 1.01
     assert g.rate_per_s <= prof.capacity_rate_per_s
-    assert g.rate_per_s == pytest.approx(prof.capacity_rate_per_s, rel=2e-3)
 
 
 def test_dispatch_regime_comm_share_scales_with_the_link_by_hand(tmp_path: Path) -> None:

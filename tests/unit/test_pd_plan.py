@@ -374,8 +374,8 @@ def test_distserve_example_with_distserve_profile() -> None:
     one decode instance per node, replicated), PP = 1.
 
     The published figure is the lower end of DistServe's bisection bracket (esp 0.25);
-    the model lands at +20 %. TP2/TP1 and TP2/TP2 are nearly tied in this model (decode
-    TP1 is KV-bound; DistServe's simulator does not limit the decode batch by KV).
+    the model lands at +20 %. TP2/TP1 and TP2/TP2 are within 4 % in this model (decode
+    is KV-bound; DistServe's simulator does not limit the decode batch by KV).
     """
     opts = evaluate_options(
         OPT,
@@ -390,7 +390,13 @@ def test_distserve_example_with_distserve_profile() -> None:
         kv_capacity_tokens={(_DS_DEV, 1): 66_144, (_DS_DEV, 2): 163_008},
     )
     u = distserve_unit_search(opts, gpus_per_node=4)
-    assert (u.tp_prefill, u.tp_decode) == (2, 1)
+    # DistServe's pick TP2/TP1 is the model's best or within 4 % of it: decode TP1 and
+    # TP2 are both KV-bound and tie (the decode slots count the time-average reservation
+    # E[(s + o)(o − 1)]/E[o − 1], Hayward's equivalent servers: TP2/TP2 1.86 req/s per GPU,
+    # TP2/TP1 1.80; TP2/TP1 was ahead by 0.3 % before)
+    rates = {(tp_p, tp_d): r for tp_p, tp_d, r in u.table}
+    assert u.tp_prefill == 2
+    assert rates[(2, 1)] == pytest.approx(u.per_gpu_rate_per_s, rel=0.04)
     assert u.per_gpu_rate_per_s == pytest.approx(1.56, rel=0.20)
     # the roofline (uncalibrated) prefill is faster than DistServe's A100: TP2/TP2 wins
     rough = evaluate_options(
