@@ -141,11 +141,11 @@ class Engine:
     def kernel_efficiency(self, device_id: str, dtype: str) -> KernelEfficiency:
         """Efficiencies on ``device_id`` for math in ``dtype`` (the default if not listed)."""
         fam = device_family(device_id)
-        key = get_dtype(dtype).compute_key
+        key = get_dtype(dtype).kernel_key
         return self.efficiency.get((fam, key), self.default_efficiency)
 
     def is_calibrated(self, device_id: str, dtype: str) -> bool:
-        return f"{device_family(device_id)}/{get_dtype(dtype).compute_key}" in self.calibrated
+        return f"{device_family(device_id)}/{get_dtype(dtype).kernel_key}" in self.calibrated
 
     def accuracy_note(self, device_id: str, dtype: str) -> str:
         """What error to expect on ``device_id`` in ``dtype``, from the stored validation.
@@ -155,7 +155,7 @@ class Engine:
         calibration says so.
         """
         fam = device_family(device_id)
-        key = get_dtype(dtype).compute_key
+        key = get_dtype(dtype).kernel_key
         cal = self.is_calibrated(device_id, dtype)
         stat = self.provenance.get("leave_one_model_out" if cal else "leave_one_device_out")
         if not stat or not stat.get("rows"):
@@ -289,7 +289,13 @@ def engine_from_dict(data: dict[str, Any], *, path: str = "") -> Engine:
             fam, _, dt = key.partition("/")
             if dt not in DTYPE_NAMES:
                 raise SpecError(f"{where}: efficiency key {key!r} is not 'family/dtype'")
-            effs[(fam, dt)] = _eff(t, f"{where} [efficiency.{key!r}]")
+            cls = (fam, get_dtype(dt).kernel_key)
+            if cls in effs:
+                raise SpecError(
+                    f"{where}: efficiency {key!r} repeats {fam}/{cls[1]} (bf16 and fp16 share "
+                    f"one kernel class: list it once, as {fam}/{cls[1]})"
+                )
+            effs[cls] = _eff(t, f"{where} [efficiency.{key!r}]")
         b = data["batching"]
         kv = data["kv_cache"]
         if not isinstance(kv.get("prefix_caching", False), bool):

@@ -21,6 +21,17 @@ class DType:
     bytes: float
     compute_key: str
 
+    @property
+    def kernel_key(self) -> str:
+        """The engine kernel-efficiency class (``hardware/engines/*.toml [efficiency]``):
+        formats that run the same kernels at the same peak share one entry."""
+        return _KERNEL_CLASS.get(self.compute_key, self.compute_key)
+
+
+#: bf16 and fp16 run the same tensor-core kernels at the same peak on every device family
+#: modelled (A100/H100/B200, MI250/MI300X, Ascend 910B/C, Gaudi): one calibration serves both.
+_KERNEL_CLASS = {"bf16": "fp16"}
+
 
 _DTYPES: dict[str, DType] = {
     d.name: d

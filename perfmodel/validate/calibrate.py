@@ -32,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from hardware.engine import Engine, KernelEfficiency, device_family
+from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
 from perfmodel.units import S_PER_MS, S_PER_US
 from perfmodel.validate.data import Measurement
@@ -89,11 +90,23 @@ def spread(folds: dict[str, dict[str, float]]) -> dict[str, list[float]]:
     }
 
 
+def _kernel_class(m: Measurement) -> tuple[str, str]:
+    """The (device family, kernel class) whose efficiencies a row informs."""
+    act = plan_for(m, _device(m.device)).act_dtype
+    return device_family(m.device), get_dtype(act).kernel_key
+
+
 def free_params(engine: Engine, rows: Sequence[Measurement]) -> list[Param]:
     """The parameters the rows can inform (see the module docstring)."""
     fams = sorted({device_family(m.device) for m in rows})
     pairs = sorted(
-        {(device_family(m.device), plan_for(m, _device(m.device)).act_dtype) for m in rows}
+        {
+            (
+                device_family(m.device),
+                get_dtype(plan_for(m, _device(m.device)).act_dtype).kernel_key,
+            )
+            for m in rows
+        }
     )
     out = [Param(f"iteration_overhead_s@{f}", *OVERHEAD_MS_BOUNDS) for f in fams]
     out.append(Param("per_request_overhead_s", *PER_REQUEST_US_BOUNDS))
