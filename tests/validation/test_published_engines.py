@@ -73,10 +73,11 @@ def test_held_out_error_stored_in_the_engine_files() -> None:
 
 @pytest.mark.slow
 def test_engine_less_model_is_optimistic(rows: list) -> None:
-    """Today's answer without an engine (the issue's table): +24 % signed on the perf
-    overview, +61 % on the static GQA 70B rows, batch-1 TTFT 32 % too short."""
+    """The answer without an engine (the issue's table): +24 % signed on the perf overview
+    when the issue was filed, +16 % since the engine-less model pays recompute preemption
+    (serving/preemption.py), +61 % on the static GQA 70B rows, batch-1 TTFT 32 % short."""
     res: list[RowResult] = predict_rows(rows, engine=BASELINE)
     s = acceptance_summary(res)
-    assert 100 * s["perf_overview offline A100+H100"].signed_median > 20
+    assert 100 * s["perf_overview offline A100+H100"].signed_median > 12
     assert 100 * s["static_batch batch-1 TTFT"].signed_median < -25
     assert 100 * s["argonne MI250"].signed_median > 90
