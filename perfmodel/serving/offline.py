@@ -14,9 +14,16 @@ In steady state every iteration decodes ``b`` requests at the mean context ``s +
 and ``b/o`` requests finish and are replaced, so ``p = b·s/o`` prompt tokens enter per
 iteration on average. Where prompts share iterations with decodes (in-flight batching,
 chunked prefill), a fraction ``φ = p/(B − b)`` of iterations carries a full budget of
-``B − b`` prompt tokens (``φ ≤ 1``; beyond that every iteration carries ``p``)::
+``B − b`` prompt tokens::
 
     t̄ = (1 − φ)·t(b decodes) + φ·t(b decodes + (B − b) prompt tokens)
+
+That needs ``φ ≤ 1``, i.e. ``b·(s + o)/o ≤ B``: the token budget must ingest the prompts
+of the requests that finish. Beyond it (long prompts, short outputs, a large KV cache)
+prompt ingestion binds: only ``d = B·o/(s + o)`` requests can be kept decoding, every
+iteration carries ``d`` decodes and ``B − d`` prompt tokens (``φ = 1``), and the batch
+is ``d`` (binding ``max_num_batched_tokens``). Costing ``b`` decodes with only ``B − b``
+prompt tokens instead would let ``p − (B − b)`` prompt tokens per iteration go free.
 
 Otherwise (prefill-first scheduling, vLLM V0) prompts run in their own iterations of
 ``k = max(1, ⌊B/s⌋)`` whole prompts: ``t̄ = t(b decodes) + (b/o)/k · t(k prompts)``.
@@ -105,28 +112,32 @@ def offline_throughput(
         return float(inst.iteration_s(batch))
 
     ctx = s + o / 2
-    dec = Batch.decode(b, ctx)
+    d = float(b)  # requests decoding in every iteration
+    if mixed:
+        fed = B * o / (s + o)  # the most the budget keeps fed with prompts
+        if fed < d:
+            d, binding = fed, "max_num_batched_tokens"
+    dec = Batch.decode(d, ctx)
     t_dec = t(dec)
-    p = b * s / o  # prompt tokens entering per iteration
-    room = B - b
-    if mixed and room >= 1:
+    p = d * s / o  # prompt tokens entering per iteration
+    room = B - d
+    if mixed:
         chunk = float(room)
-        phi = p / chunk
+        phi = min(1.0, p / chunk)
         if s <= chunk:
             prompts = Batch.prefill(chunk / s, s)
         else:  # a chunk of a long prompt over the half already cached, on average
             prompts = Batch.prefill(1, chunk, (s - chunk) / 2)
-        t_mix = t(dec + prompts)
-        t_bar = (1 - phi) * t_dec + phi * t_mix if phi <= 1 else t_mix
+        t_bar = (1 - phi) * t_dec + phi * t(dec + prompts)
     else:
         k = max(1, B // s)
         t_bar = t_dec + (b / o) / k * t(Batch.prefill(k, s))
-    out = plan.pp * b / t_bar
+    out = plan.pp * d / t_bar
     return OfflineThroughput(
         output_tokens_per_s=out,
         total_tokens_per_s=out * (s + o) / o,
         requests_per_s=out / o,
-        batch=b,
+        batch=max(1, int(d)),
         binding=binding,
         kv_capacity_tokens=fit.kv_capacity_tokens,
         iteration_s=t_bar,

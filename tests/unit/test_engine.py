@@ -190,3 +190,24 @@ def test_accuracy_note_quotes_the_stored_validation() -> None:
     note = e.accuracy_note("mi300x", "fp16")
     assert "uncalibrated on cdna3/fp16" in note and "±11 %" in note
     assert "not calibrated" in replace(e, provenance={}).accuracy_note("h100-sxm", "fp16")
+
+
+def test_offline_prompt_ingestion_binds() -> None:
+    """Mixtral-8x7B on 8 H100s, 2048/128: the KV cache admits 2,048 requests, but a
+    budget of B = 8,192 tokens per iteration feeds only d = B·o/(s + o) = 8192·128/2176
+    = 481.9 decoding requests with the prompts of those that finish. Every iteration
+    carries d decodes and B − d prompt tokens, so prompts enter at (B − d)/t̄ per second,
+    which is exactly the output rate times s/o (flow balance)."""
+    m, d = load_model("mixtral-8x7b"), load_device("h100-sxm")
+    plan = ParallelPlan(8, "fp8", "fp8", "fp8")
+    e = load_engine("trtllm")
+    r = offline_throughput(m, d, plan, input_len=2048, output_len=128, engine=e)
+    fed = 8192 * 128 / 2176
+    assert r.binding == "max_num_batched_tokens" and r.batch == 481
+    assert r.output_tokens_per_s * 2048 / 128 == pytest.approx((8192 - fed) / r.iteration_s)
+    b = Batch.decode(fed, 2048 + 64) + Batch.prefill((8192 - fed) / 2048, 2048)
+    t = float(step_time(m, d, b, plan=plan, engine=e).total_s)
+    assert r.iteration_s == pytest.approx(t, rel=1e-12)
+    # a short prompt keeps the KV-cache batch: 128/2048 needs only b·(s+o)/o ≤ B
+    r2 = offline_throughput(m, d, plan, input_len=128, output_len=2048, engine=e)
+    assert r2.binding != "max_num_batched_tokens" and r2.batch * 2176 / 2048 <= 8192
