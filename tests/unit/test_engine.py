@@ -211,3 +211,27 @@ def test_offline_prompt_ingestion_binds() -> None:
     # a short prompt keeps the KV-cache batch: 128/2048 needs only b·(s+o)/o ≤ B
     r2 = offline_throughput(m, d, plan, input_len=128, output_len=2048, engine=e)
     assert r2.binding != "max_num_batched_tokens" and r2.batch * 2176 / 2048 <= 8192
+
+
+def test_quantized_rows_keep_a_16_bit_embedding_and_head() -> None:
+    """An FP8 row of Llama-3.1-70B on one H100: the decoder's linear layers in FP8, the
+    embedding and LM head (2 · 128256 · 8192 = 2,101,346,304 weights) and the norms
+    (2 per layer + the final one: 161 · 8192 = 1,318,912) in 16 bits, so the device holds
+    2,102,665,216 bytes more than with every weight in FP8."""
+    from perfmodel.validate.data import Measurement
+    from perfmodel.validate.predict import plan_for
+
+    row = Measurement(
+        "h100-sxm", "llama-3.1-70b", "trtllm", "fp8", "fp8", 1, 1, 128, 128, None,
+        "output_tps_total", 1.0, None, None, {},
+    )  # fmt: skip
+    d, m = load_device("h100-sxm"), load_model("llama-3.1-70b")
+    plan = plan_for(row, d)
+    assert plan.weight_bytes_of("embedding") == 2 and plan.weight_bytes_of("dense_mlp") == 1
+    assert plan.act_dtype == "fp8" and plan.kv_dtype == "fp8"
+    extra = weight_bytes_per_device(m, plan) - weight_bytes_per_device(
+        m, ParallelPlan(1, "fp8", "fp8", "fp8")
+    )
+    assert extra == pytest.approx(2 * 128256 * 8192 + 161 * 8192, rel=1e-12)
+    # a 16-bit row is unchanged: uniform formats
+    assert plan_for(replace(row, precision="fp16", kv_precision="fp16"), d).modules is None
