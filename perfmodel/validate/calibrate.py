@@ -63,6 +63,7 @@ class Calibration:
     folds: dict[str, dict[str, float]]  # held-out group -> its fold's fitted params
     rows: int
     lomo_groups: dict[str, ErrorStats] = field(default_factory=dict)  # acceptance groups
+    lodo_groups: dict[str, ErrorStats] = field(default_factory=dict)  # the same, by device
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +75,7 @@ class Calibration:
             "leave_one_device_out": self.leave_one_device_out.to_dict(),
             "param_spread_over_folds": spread(self.folds),
             "leave_one_model_out_by_group": {k: v.to_dict() for k, v in self.lomo_groups.items()},
+            "leave_one_device_out_by_group": {k: v.to_dict() for k, v in self.lodo_groups.items()},
         }
 
 
@@ -272,6 +274,7 @@ def calibrate(
         },
         rows=len(rows),
         lomo_groups=acceptance_summary(lomo_res),
+        lodo_groups=acceptance_summary(lodo_res),
     )
 
 
