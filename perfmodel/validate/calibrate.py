@@ -9,6 +9,8 @@ Free parameters (each bounded, each with a physical meaning):
 * ``gqa_kv_sharing`` — K/V read sharing across a query-head group in decode attention;
 * ``kv_dequant_efficiency`` — KV read rate factor of a software-dequantized cache (rows
   with such a cache only);
+* ``moe_efficiency`` — the routed-expert grouped GEMM's efficiency relative to a dense
+  GEMM (rows of mixture-of-experts models only);
 * ``gemm_compute@<family>/<dtype>``, ``memory@<family>/<dtype>`` — kernel efficiencies,
   only for the (family, math dtype) pairs the data contain.
 
@@ -35,10 +37,11 @@ from hardware.engine import Engine, KernelEfficiency, device_family
 from perfmodel.errors import SpecError
 from perfmodel.units import S_PER_MS, S_PER_US
 from perfmodel.validate.data import Measurement
-from perfmodel.validate.predict import RowResult, _device, plan_for, predict_row
+from perfmodel.validate.predict import RowResult, _device, _model, plan_for, predict_row
 from perfmodel.validate.summary import ErrorStats, acceptance_summary, error_stats
 
 EFF_BOUNDS = (0.03, 0.95)  # no kernel streams or computes at 100 % of peak
+MOE_EFF_BOUNDS = (0.2, 1.0)  # a grouped GEMM relative to a dense one: at most as good
 OVERHEAD_MS_BOUNDS = (0.0, 30.0)
 PER_REQUEST_US_BOUNDS = (0.0, 300.0)
 COLLECTIVE_US_BOUNDS = (0.0, 200.0)
@@ -104,6 +107,8 @@ def free_params(engine: Engine, rows: Sequence[Measurement]) -> list[Param]:
     out.append(Param("gqa_kv_sharing", 0.0, 1.0))
     if any(_soft_kv(m) for m in rows):
         out.append(Param("kv_dequant_efficiency", *EFF_BOUNDS))
+    if any(_model(m.model).moe for m in rows):
+        out.append(Param("moe_efficiency", *MOE_EFF_BOUNDS))
     for f, d in pairs:
         # attention's compute efficiency stays the file's: prefill attention is a small
         # share of these rows' time and would be fitted to noise
@@ -136,6 +141,7 @@ def current(engine: Engine, p: Param) -> float:
         "collective_overhead_s",
         "gqa_kv_sharing",
         "kv_dequant_efficiency",
+        "moe_efficiency",
     ):
         v = getattr(engine, name)
     else:
@@ -155,7 +161,7 @@ def apply(engine: Engine, values: dict[str, float]) -> Engine:
             by_family[where] = v * S_PER_MS
         elif name in ("per_request_overhead_s", "collective_overhead_s"):
             scalars[name] = v * S_PER_US
-        elif name in ("gqa_kv_sharing", "kv_dequant_efficiency"):
+        elif name in ("gqa_kv_sharing", "kv_dequant_efficiency", "moe_efficiency"):
             scalars[name] = v
         else:
             fam, _, dt = where.partition("/")
@@ -319,6 +325,7 @@ def engine_toml_table(cal: Calibration, *, data: str, default: bool = False) -> 
             "max_num_batched_tokens": e.max_num_batched_tokens,
             "chunked_prefill": e.chunked_prefill,
             "preemption": e.preemption,
+            "offline_caps": e.offline_caps,
         },
         "kv_cache": {
             "memory_fraction": e.kv_memory_fraction,
@@ -330,6 +337,7 @@ def engine_toml_table(cal: Calibration, *, data: str, default: bool = False) -> 
             "gqa_kv_sharing": e.gqa_kv_sharing,
             "kv_dequant_efficiency": e.kv_dequant_efficiency,
         },
+        "moe": {"efficiency": e.moe_efficiency},
         "default_efficiency": e.default_efficiency.to_dict(),
         "efficiency": eff,
     }

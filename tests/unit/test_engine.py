@@ -127,7 +127,7 @@ def test_offline_batch_caps() -> None:
     plan = ParallelPlan(1)
     v = offline_throughput(m, d, plan, input_len=128, output_len=128, engine=load_engine("vllm"))
     assert v.binding == "max_num_seqs" and v.batch == 256
-    t = load_engine("trtllm")
+    t = replace(load_engine("trtllm"), offline_caps="fixed")
     r = offline_throughput(m, d, plan, input_len=1000, output_len=1000, engine=t)
     cap = memory_fit(m, d, plan, engine=t).kv_capacity_tokens
     assert r.binding == "kv_cache" and r.batch == cap // 2000  # whole request reserved
@@ -200,7 +200,7 @@ def test_offline_prompt_ingestion_binds() -> None:
     which is exactly the output rate times s/o (flow balance)."""
     m, d = load_model("mixtral-8x7b"), load_device("h100-sxm")
     plan = ParallelPlan(8, "fp8", "fp8", "fp8")
-    e = load_engine("trtllm")
+    e = replace(load_engine("trtllm"), offline_caps="fixed")  # max_num_tokens 8192
     r = offline_throughput(m, d, plan, input_len=2048, output_len=128, engine=e)
     fed = 8192 * 128 / 2176
     assert r.binding == "max_num_batched_tokens" and r.batch == 481
@@ -235,3 +235,43 @@ def test_quantized_rows_keep_a_16_bit_embedding_and_head() -> None:
     assert extra == pytest.approx(2 * 128256 * 8192 + 161 * 8192, rel=1e-12)
     # a 16-bit row is unchanged: uniform formats
     assert plan_for(replace(row, precision="fp16", kv_precision="fp16"), d).modules is None
+
+
+def test_trtllm_bench_caps_per_isl_osl() -> None:
+    """trtllm-bench's build heuristic, by hand (H100: 85.899e9 B):
+
+    * Mixtral-8x7B FP8, TP8, 2048/128: KV 32 layers · 2 · 8 heads · 128 · 1 B = 65,536 B
+      per token; n = 0.95 · (8 · 85.899e9 − 46.70e9 · 1) / (65,536 · 2,176) = 4,267 →
+      bs = min(n, 4096) = 4,096 → 256·⌈4096/256⌉ = 4,096; tokens = min(4096 · 17, 32768)
+      = 32,768. The run then keeps d = 32768 · 128/2176 = 1,927 requests decoding.
+    * Llama-3.1-70B FP8, TP8, 128/4096: 163,840 B per token; n = 0.95 · (687.19e9 −
+      70.55e9) / (163,840 · 4,224) = 846.5 → 128·⌈846.5/128⌉ = 896; tokens = 846.5 ·
+      (1 + 128/4096) = 873 → at least 2,048."""
+    from perfmodel.serving.offline import trtllm_bench_caps
+
+    d = load_device("h100-sxm")
+    plan = ParallelPlan(8, "fp8", "fp8", "fp8")
+    mix = load_model("mixtral-8x7b")
+    assert trtllm_bench_caps(mix, d, plan, 2048, 128) == (4096, 32768)
+    assert trtllm_bench_caps(load_model("llama-3.1-70b"), d, plan, 128, 4096) == (896, 2048)
+    e = load_engine("trtllm")
+    assert e.offline_caps == "trtllm-bench"
+    r = offline_throughput(mix, d, plan, input_len=2048, output_len=128, engine=e)
+    assert r.batch == int(32768 * 128 / 2176) == 1927
+
+
+def test_moe_efficiency_scales_only_the_routed_experts() -> None:
+    """``moe_efficiency = 0.5`` halves both efficiencies of the grouped expert GEMM: its
+    compute and memory times double; the dense attention projections do not change."""
+    m, d = load_model("mixtral-8x7b"), load_device("h100-sxm")
+    plan = ParallelPlan(2, "fp8", "fp8", "fp8")
+    e = replace(load_engine("trtllm"), moe_efficiency=1.0)
+    half = replace(e, moe_efficiency=0.5)
+    for b in (Batch.decode(64, 1024), Batch.prefill(2, 2048)):
+        a, h = step_time(m, d, b, plan=plan, engine=e), step_time(m, d, b, plan=plan, engine=half)
+        for f in ("compute_s", "memory_s"):
+            x, y = getattr(a.op("moe_experts"), f), getattr(h.op("moe_experts"), f)
+            assert float(y) == pytest.approx(2 * float(x), rel=1e-12)
+        assert float(h.op("qkv_proj").total_s) == float(a.op("qkv_proj").total_s)
+    with pytest.raises(SpecError):
+        replace(e, moe_efficiency=0.0)
