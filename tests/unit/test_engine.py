@@ -275,3 +275,24 @@ def test_moe_efficiency_scales_only_the_routed_experts() -> None:
         assert float(h.op("qkv_proj").total_s) == float(a.op("qkv_proj").total_s)
     with pytest.raises(SpecError):
         replace(e, moe_efficiency=0.0)
+
+
+def test_chunked_attention_layers_use_the_attention_profile() -> None:
+    """Llama-4-Scout's chunked-attention layers (``attention_chunked``) are attention
+    kernels: halving the engine's attention compute efficiency doubles their compute
+    time, as it does for the full-attention layers; the GEMMs do not change."""
+    m, d = load_model("llama-4-scout"), load_device("h100-sxm")
+    plan = ParallelPlan(4, "fp8", "fp8", "fp8")
+    e = load_engine("trtllm")
+    key = ("hopper", "fp8")
+    eff = e.efficiency[key]
+    slow = replace(
+        e,
+        efficiency={**e.efficiency, key: replace(eff, attention_compute=eff.attention_compute / 2)},
+    )
+    b = Batch.prefill(1, 8192)
+    a, h = step_time(m, d, b, plan=plan, engine=e), step_time(m, d, b, plan=plan, engine=slow)
+    for name in ("attention", "attention_chunked"):
+        x, y = float(a.op(name).compute_s), float(h.op(name).compute_s)
+        assert y == pytest.approx(2 * x, rel=1e-12)
+    assert float(h.op("o_proj_chunked").total_s) == float(a.op("o_proj_chunked").total_s)
