@@ -12,7 +12,7 @@ Free parameters (each bounded, each with a physical meaning):
 * ``moe_efficiency`` — the routed-expert grouped GEMM's efficiency relative to a dense
   GEMM (rows of mixture-of-experts models only);
 * ``gemm_compute@<family>/<dtype>``, ``memory@<family>/<dtype>`` — kernel efficiencies,
-  only for the (family, math dtype) pairs the data contain.
+  only for the (family, math dtype) pairs with at least ``MIN_PAIR_ROWS`` rows in the fit.
 
 Fits use at most ``max_rows`` rows (an even stride through the rows, so every group
 keeps its share) to bound the time of one fit.
@@ -27,6 +27,7 @@ Nothing of a held-out group enters its fold's fit.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -41,6 +42,7 @@ from perfmodel.validate.predict import RowResult, _device, _model, plan_for, pre
 from perfmodel.validate.summary import ErrorStats, acceptance_summary, error_stats
 
 EFF_BOUNDS = (0.03, 0.95)  # no kernel streams or computes at 100 % of peak
+MIN_PAIR_ROWS = 10  # rows of a (device family, math dtype) pair to fit its efficiencies
 MOE_EFF_BOUNDS = (0.2, 1.0)  # a grouped GEMM relative to a dense one: at most as good
 OVERHEAD_MS_BOUNDS = (0.0, 30.0)
 PER_REQUEST_US_BOUNDS = (0.0, 300.0)
@@ -109,7 +111,14 @@ def free_params(engine: Engine, rows: Sequence[Measurement]) -> list[Param]:
         out.append(Param("kv_dequant_efficiency", *EFF_BOUNDS))
     if any(_model(m.model).moe for m in rows):
         out.append(Param("moe_efficiency", *MOE_EFF_BOUNDS))
+    count = Counter(
+        (device_family(m.device), plan_for(m, _device(m.device)).act_dtype) for m in rows
+    )
     for f, d in pairs:
+        # a (family, dtype) pair with a handful of rows keeps the file's values: two
+        # efficiencies fitted to a few rows of one table follow that table's quirks
+        if count[(f, d)] < MIN_PAIR_ROWS:
+            continue
         # attention's compute efficiency stays the file's: prefill attention is a small
         # share of these rows' time and would be fitted to noise
         for k in ("gemm_compute", "memory"):

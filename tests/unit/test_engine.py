@@ -296,3 +296,24 @@ def test_chunked_attention_layers_use_the_attention_profile() -> None:
         x, y = float(a.op(name).compute_s), float(h.op(name).compute_s)
         assert y == pytest.approx(2 * x, rel=1e-12)
     assert float(h.op("o_proj_chunked").total_s) == float(a.op("o_proj_chunked").total_s)
+
+
+def test_calibration_frees_an_efficiency_pair_only_with_enough_rows() -> None:
+    """Nine BF16 rows on an H100 leave hopper/bf16 at the file's values; ten free both of
+    its efficiencies (``MIN_PAIR_ROWS``); a MoE row frees ``moe_efficiency``."""
+    from perfmodel.validate.calibrate import MIN_PAIR_ROWS, free_params
+    from perfmodel.validate.data import Measurement
+
+    def row(model: str, prec: str) -> Measurement:
+        return Measurement(
+            "h100-sxm", model, "trtllm", prec, prec, 1, 1, 128, 128, None,
+            "output_tps_total", 1.0, None, None, {},
+        )  # fmt: skip
+
+    e = load_engine("trtllm")
+    fp8 = [row("llama-3.1-8b", "fp8")] * 20
+    names = {p.name for p in free_params(e, fp8 + [row("llama-3.1-8b", "bf16")] * 9)}
+    assert MIN_PAIR_ROWS == 10 and "gemm_compute@hopper/fp8" in names
+    assert not any("hopper/bf16" in n for n in names) and "moe_efficiency" not in names
+    names = {p.name for p in free_params(e, fp8 + [row("mixtral-8x7b", "bf16")] * 10)}
+    assert {"gemm_compute@hopper/bf16", "memory@hopper/bf16", "moe_efficiency"} <= names
