@@ -19,6 +19,10 @@ and version range, every default with its source) or from a user's TOML file. It
 * chunked prefill on or off with its chunk, the preemption mode, and whether a prefix
   cache keeps a preempted request's blocks until they are reused (``prefix_caching``,
   vLLM V1's default: it recomputes only what was evicted, :mod:`perfmodel.serving.preemption`);
+* ``offline_caps``: how an offline (all-queued) benchmark sizes those caps: ``"fixed"``
+  (the engine's defaults) or ``"trtllm-bench"`` (``trtllm-bench build`` picks
+  ``max_batch_size`` and ``max_num_tokens`` per ISL/OSL from a memory estimate:
+  :func:`perfmodel.serving.offline.trtllm_bench_caps`);
 * ``kv_dequant_efficiency`` ∈ (0, 1]: the factor on decode attention's KV read rate
   when the cache is in a format the device has no math for (FP8 KV on an A100: the
   kernel dequantizes in software);
@@ -28,7 +32,10 @@ and version range, every default with its source) or from a user's TOML file. It
   FlashAttention/FlashInfer; ``s = 0``: once per query head, as older TensorRT-LLM
   masked multi-head attention kernels did);
 * kernel efficiencies per (device family, math dtype): GEMM compute, memory streaming
-  and attention compute, as fractions of the device's dense peak and HBM bandwidth.
+  and attention compute, as fractions of the device's dense peak and HBM bandwidth;
+  ``moe_efficiency`` ∈ (0, 1] scales both for the routed experts' grouped GEMM (token
+  permutation into expert order and back, one GEMM per expert with few rows each, the
+  tiles of unevenly loaded experts: a grouped GEMM reaches less than a dense one).
   The family of a device comes from ``hardware/engines/families.toml``.
 
 Nothing here computes a time: ``perfmodel.step.time`` and ``perfmodel.memory`` read these numbers.
@@ -59,6 +66,7 @@ NO_ENGINE = "none"  # the engine-less roofline
 KV_BASES = ("total", "free")
 RESERVATIONS = ("full", "incremental")
 PREEMPTIONS = ("recompute", "swap")
+OFFLINE_CAPS = ("fixed", "trtllm-bench")
 
 
 @dataclass(frozen=True)
@@ -108,6 +116,8 @@ class Engine:
     collective_overhead_s: float = 0.0  # per collective call, beyond the link model
     kv_dequant_efficiency: float = 1.0  # KV read rate factor when dequantized in software
     prefix_caching: bool = False  # a preempted request's cached blocks survive until evicted
+    offline_caps: str = "fixed"  # how an offline benchmark sizes the batch caps
+    moe_efficiency: float = 1.0  # routed-expert grouped GEMM vs a dense GEMM
     calibrated: tuple[str, ...] = ()  # "family/dtype" pairs fitted on measurements
     provenance: dict[str, Any] = field(default_factory=dict, compare=False)
     sources: tuple[str, ...] = ()
@@ -128,12 +138,15 @@ class Engine:
             raise SpecError(f"{where}: kv_memory_fraction must be in (0, 1]")
         if not 0 < self.kv_dequant_efficiency <= 1:
             raise SpecError(f"{where}: kv_dequant_efficiency must be in (0, 1]")
+        if not 0 < self.moe_efficiency <= 1:
+            raise SpecError(f"{where}: moe_efficiency must be in (0, 1]")
         if not 0 <= self.gqa_kv_sharing <= 1:
             raise SpecError(f"{where}: gqa_kv_sharing must be in [0, 1]")
         for name, allowed in (
             ("kv_memory_basis", KV_BASES),
             ("kv_reservation", RESERVATIONS),
             ("preemption", PREEMPTIONS),
+            ("offline_caps", OFFLINE_CAPS),
         ):
             if getattr(self, name) not in allowed:
                 raise SpecError(f"{where}: {name} must be one of {allowed}")
@@ -198,6 +211,7 @@ class Engine:
             "iteration_overhead_by_family": self.iteration_overhead_by_family,
             "collective_overhead_s": self.collective_overhead_s,
             "kv_dequant_efficiency": self.kv_dequant_efficiency,
+            "moe_efficiency": self.moe_efficiency,
             "max_num_seqs": self.max_num_seqs,
             "max_num_batched_tokens": self.max_num_batched_tokens,
             "kv_memory_fraction": self.kv_memory_fraction,
@@ -207,6 +221,7 @@ class Engine:
             "prefix_caching": self.prefix_caching,
             "chunked_prefill": self.chunked_prefill,
             "preemption": self.preemption,
+            "offline_caps": self.offline_caps,
             "gqa_kv_sharing": self.gqa_kv_sharing,
             "efficiency": {f"{f}/{d}": e.to_dict() for (f, d), e in self.efficiency.items()},
             "default_efficiency": self.default_efficiency.to_dict(),
@@ -319,6 +334,7 @@ def engine_from_dict(data: dict[str, Any], *, path: str = "") -> Engine:
             max_num_batched_tokens=int(b["max_num_batched_tokens"]),
             chunked_prefill=bool(b["chunked_prefill"]),
             preemption=str(b.get("preemption", "recompute")),
+            offline_caps=str(b.get("offline_caps", "fixed")),
             kv_memory_fraction=float(kv["memory_fraction"]),
             kv_memory_basis=str(kv["basis"]),
             kv_block_tokens=int(kv["block_tokens"]),
@@ -326,6 +342,7 @@ def engine_from_dict(data: dict[str, Any], *, path: str = "") -> Engine:
             prefix_caching=bool(kv.get("prefix_caching", False)),
             gqa_kv_sharing=float(data["attention"]["gqa_kv_sharing"]),
             kv_dequant_efficiency=float(data["attention"].get("kv_dequant_efficiency", 1.0)),
+            moe_efficiency=float(data.get("moe", {}).get("efficiency", 1.0)),
             efficiency=effs,
             default_efficiency=_eff(data["default_efficiency"], f"{where} [default_efficiency]"),
             calibrated=tuple(data.get("calibrated", ())),

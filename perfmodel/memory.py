@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 
 from hardware.device import Device
 from hardware.engine import Engine
+from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
 from perfmodel.model import LayerSpec, ModelSpec
 from perfmodel.plan import ParallelPlan, stage_models, stage_params
@@ -155,12 +156,16 @@ def activation_reserve_bytes(
     *,
     logits: bool = True,
 ) -> float:
-    """Peak activations of one forward pass; ``logits=False`` for a stage without the head."""
+    """Peak activations of one forward pass; ``logits=False`` for a stage without the head.
+
+    Activations are held in at least 16 bits: with 8-bit GEMM inputs (FP8/INT8 math) only
+    the GEMM operands are quantized; the residual stream, the MLP intermediate between its
+    GEMMs and the logits stay in the 16-bit model format."""
     width = model.intermediate
     if model.moe:
         width = max(width, model.moe.top_k * model.moe.expert_intermediate)
     per_token = 4 * model.hidden + 2 * width / plan.tp + (model.vocab / plan.tp if logits else 0)
-    return max_batched_tokens * per_token * plan.act_bytes
+    return max_batched_tokens * per_token * max(plan.act_bytes, get_dtype("fp16").bytes)
 
 
 @dataclass(frozen=True)

@@ -14,15 +14,25 @@ In steady state every iteration decodes ``b`` requests at the mean context ``s +
 and ``b/o`` requests finish and are replaced, so ``p = b·s/o`` prompt tokens enter per
 iteration on average. Where prompts share iterations with decodes (in-flight batching,
 chunked prefill), a fraction ``φ = p/(B − b)`` of iterations carries a full budget of
-``B − b`` prompt tokens (``φ ≤ 1``; beyond that every iteration carries ``p``)::
+``B − b`` prompt tokens::
 
     t̄ = (1 − φ)·t(b decodes) + φ·t(b decodes + (B − b) prompt tokens)
+
+That needs ``φ ≤ 1``, i.e. ``b·(s + o)/o ≤ B``: the token budget must ingest the prompts
+of the requests that finish. Beyond it (long prompts, short outputs, a large KV cache)
+prompt ingestion binds: only ``d = B·o/(s + o)`` requests can be kept decoding, every
+iteration carries ``d`` decodes and ``B − d`` prompt tokens (``φ = 1``), and the batch
+is ``d`` (binding ``max_num_batched_tokens``). Costing ``b`` decodes with only ``B − b``
+prompt tokens instead would let ``p − (B − b)`` prompt tokens per iteration go free.
 
 Otherwise (prefill-first scheduling, vLLM V0) prompts run in their own iterations of
 ``k = max(1, ⌊B/s⌋)`` whole prompts: ``t̄ = t(b decodes) + (b/o)/k · t(k prompts)``.
 Averaging iteration times (not the time of the average batch) keeps the jump from a
 memory-bound decode step to a compute-bound mixed step. Output tokens per second are
 ``pp·b/t̄`` (``pp`` virtual engines, each with its own batch).
+
+The caps are the engine's defaults unless it sizes them per run (``offline_caps =
+"trtllm-bench"``: :func:`trtllm_bench_caps`).
 """
 
 from __future__ import annotations
@@ -34,8 +44,13 @@ import numpy as np
 
 from hardware.device import Device
 from hardware.engine import Engine
+from perfmodel.dtypes import get_dtype
 from perfmodel.errors import InfeasibleError, SpecError
-from perfmodel.memory import DEFAULT_MAX_BATCHED_TOKENS, describe_shortfall
+from perfmodel.memory import (
+    DEFAULT_MAX_BATCHED_TOKENS,
+    describe_shortfall,
+    layer_kv_elems_per_device,
+)
 from perfmodel.model import ModelSpec
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
@@ -78,6 +93,57 @@ class OfflineReport:
         }
 
 
+#: trtllm-bench's bounds: at most 4,096 requests (decoder buffers) and 32,768 tokens
+#: (activation buffer) per engine, a 0.95 KV fraction of the memory left by the weights
+BENCH_MAX_REQUESTS = 4096
+BENCH_MAX_TOKENS = 32768
+BENCH_KV_FRACTION = 0.95
+
+
+def _round_up(x: float, step: int) -> int:
+    return step * math.ceil(x / step)
+
+
+def trtllm_bench_caps(
+    model: ModelSpec, device: Device, plan: ParallelPlan, input_len: int, output_len: int
+) -> tuple[int, int]:
+    """``(max_batch_size, max_num_tokens)`` that ``trtllm-bench build`` picks for a run.
+
+    TensorRT-LLM's benchmark (``tensorrt_llm/bench/build/tuning.py``) estimates the
+    requests its KV cache holds from the whole group's memory: ``n = 0.95·(tp·pp·HBM −
+    params·w) / (kv_token·(s + o))`` with ``w`` bytes per weight (1 for FP8, 2 for 16-bit)
+    and ``kv_token`` the KV bytes of one token over all layers (KV heads counted at least
+    once per TP rank). Then ``bs = min(n, 4096)/pp`` and ``tokens = min(bs·(1 + s/o),
+    32768)`` — the budget that keeps ``bs`` decodes fed with prompts — each rounded up:
+    the batch to 32 (at least 64) below 256, to 128 below 1,024, else to 256; the tokens
+    to 256 (at least 2,048) below 4,096, to 512 below 8,192, else to 1,024. The run itself
+    is still bounded by the KV cache it really gets (:func:`offline_throughput`).
+    """
+    s, o = input_len, output_len
+    w = min(get_dtype(plan.weight_dtype).bytes, 2.0)
+    kv_b = min(plan.kv_bytes, 2.0)
+    kv_token = sum(
+        layer_kv_elems_per_device(model, ls, plan.tp) * plan.tp for ls in model.layer_plan
+    )
+    free = plan.tp * plan.pp * device.hbm_bytes - model.params * w
+    n = BENCH_KV_FRACTION * free / (kv_token * kv_b * (s + o)) if kv_token > 0 else math.inf
+    bs = min(n, BENCH_MAX_REQUESTS) / plan.pp
+    tokens = min(bs * (1 + s / o), BENCH_MAX_TOKENS)
+    if bs < 256:
+        max_bs = max(64, _round_up(bs, 32))
+    elif bs < 1024:
+        max_bs = _round_up(bs, 128)
+    else:
+        max_bs = _round_up(bs, 256)
+    if tokens < 4096:
+        max_tok = max(2048, _round_up(tokens, 256))
+    elif tokens < 8192:
+        max_tok = _round_up(tokens, 512)
+    else:
+        max_tok = _round_up(tokens, 1024)
+    return max_bs, max_tok
+
+
 def offline_throughput(
     model: ModelSpec,
     device: Device,
@@ -101,7 +167,9 @@ def offline_throughput(
     if fit.kv_capacity_tokens <= 0:
         raise InfeasibleError(describe_shortfall(fit, model, device, plan.tp))
     B = engine.max_num_batched_tokens if engine else DEFAULT_MAX_BATCHED_TOKENS
-    cap = engine.max_num_seqs if engine else math.inf
+    cap: float = engine.max_num_seqs if engine else math.inf
+    if engine is not None and engine.offline_caps == "trtllm-bench":
+        cap, B = trtllm_bench_caps(model, device, plan, s, o)
     mixed = engine.chunked_prefill if engine else True
     per_req = s + o if engine is None or engine.kv_reservation == "full" else s + o / 2
     m_ve = fit.kv_capacity_tokens // plan.pp
@@ -122,28 +190,32 @@ def offline_throughput(
         return float(inst.iteration_s(batch))
 
     ctx = s + o / 2
-    dec = Batch.decode(b, ctx)
+    d = float(b)  # requests decoding in every iteration
+    if mixed:
+        fed = B * o / (s + o)  # the most the budget keeps fed with prompts
+        if fed < d:
+            d, binding = fed, "max_num_batched_tokens"
+    dec = Batch.decode(d, ctx)
     t_dec = t(dec)
-    p = b * s / o  # prompt tokens entering per iteration
-    room = B - b
-    if mixed and room >= 1:
+    p = d * s / o  # prompt tokens entering per iteration
+    room = B - d
+    if mixed:
         chunk = float(room)
-        phi = p / chunk
+        phi = min(1.0, p / chunk)
         if s <= chunk:
             prompts = Batch.prefill(chunk / s, s)
         else:  # a chunk of a long prompt over the half already cached, on average
             prompts = Batch.prefill(1, chunk, (s - chunk) / 2)
-        t_mix = t(dec + prompts)
-        t_bar = (1 - phi) * t_dec + phi * t_mix if phi <= 1 else t_mix
+        t_bar = (1 - phi) * t_dec + phi * t(dec + prompts)
     else:
         k = max(1, B // s)
         t_bar = t_dec + (b / o) / k * t(Batch.prefill(k, s))
-    out = plan.pp * b / t_bar
+    out = plan.pp * d / t_bar
     return OfflineThroughput(
         output_tokens_per_s=out,
         total_tokens_per_s=out * (s + o) / o,
         requests_per_s=out / o,
-        batch=b,
+        batch=max(1, int(d)),
         binding=binding,
         kv_capacity_tokens=fit.kv_capacity_tokens,
         iteration_s=t_bar,

@@ -119,9 +119,12 @@ class _Costing:
     decode_kv_reads: float = 1.0
     engine: Engine | None = None
     comm_extra_s: float = 0.0  # the engine's fixed cost per collective call
+    experts: Roofline | None = None  # the routed experts' grouped GEMM (default: gemm)
 
     def profile(self, op: Op) -> Roofline:
-        return self.attention if op.name == "attention" else self.gemm
+        if op.name == "moe_experts" and self.experts is not None:
+            return self.experts
+        return self.attention if op.name.startswith("attention") else self.gemm
 
 
 def _costing(
@@ -150,7 +153,11 @@ def _costing(
             model.heads / plan.tp, model.kv_heads / model.kv_shards(plan.tp)
         )
     )
-    return _Costing(gemm, attn, reads, engine, engine.collective_overhead_s)
+    k = engine.moe_efficiency
+    experts = profile or Roofline(
+        device, eff_compute=eff.gemm_compute * k, eff_memory=eff.memory * k
+    )
+    return _Costing(gemm, attn, reads, engine, engine.collective_overhead_s, experts)
 
 
 def _host_op(c: _Costing, device: Device, batch: Batch) -> OpTime | None:

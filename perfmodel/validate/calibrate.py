@@ -9,8 +9,10 @@ Free parameters (each bounded, each with a physical meaning):
 * ``gqa_kv_sharing`` — K/V read sharing across a query-head group in decode attention;
 * ``kv_dequant_efficiency`` — KV read rate factor of a software-dequantized cache (rows
   with such a cache only);
+* ``moe_efficiency`` — the routed-expert grouped GEMM's efficiency relative to a dense
+  GEMM (rows of mixture-of-experts models only);
 * ``gemm_compute@<family>/<dtype>``, ``memory@<family>/<dtype>`` — kernel efficiencies,
-  only for the (family, math dtype) pairs the data contain.
+  only for the (family, math dtype) pairs with at least ``MIN_PAIR_ROWS`` rows in the fit.
 
 Fits use at most ``max_rows`` rows (an even stride through the rows, so every group
 keeps its share) to bound the time of one fit.
@@ -25,6 +27,7 @@ Nothing of a held-out group enters its fold's fit.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -36,10 +39,12 @@ from perfmodel.dtypes import get_dtype
 from perfmodel.errors import SpecError
 from perfmodel.units import S_PER_MS, S_PER_US
 from perfmodel.validate.data import Measurement
-from perfmodel.validate.predict import RowResult, _device, plan_for, predict_row
+from perfmodel.validate.predict import RowResult, _device, _model, plan_for, predict_row
 from perfmodel.validate.summary import ErrorStats, acceptance_summary, error_stats
 
 EFF_BOUNDS = (0.03, 0.95)  # no kernel streams or computes at 100 % of peak
+MIN_PAIR_ROWS = 10  # rows of a (device family, math dtype) pair to fit its efficiencies
+MOE_EFF_BOUNDS = (0.2, 1.0)  # a grouped GEMM relative to a dense one: at most as good
 OVERHEAD_MS_BOUNDS = (0.0, 30.0)
 PER_REQUEST_US_BOUNDS = (0.0, 300.0)
 COLLECTIVE_US_BOUNDS = (0.0, 200.0)
@@ -64,6 +69,7 @@ class Calibration:
     folds: dict[str, dict[str, float]]  # held-out group -> its fold's fitted params
     rows: int
     lomo_groups: dict[str, ErrorStats] = field(default_factory=dict)  # acceptance groups
+    lodo_groups: dict[str, ErrorStats] = field(default_factory=dict)  # the same, by device
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -75,6 +81,7 @@ class Calibration:
             "leave_one_device_out": self.leave_one_device_out.to_dict(),
             "param_spread_over_folds": spread(self.folds),
             "leave_one_model_out_by_group": {k: v.to_dict() for k, v in self.lomo_groups.items()},
+            "leave_one_device_out_by_group": {k: v.to_dict() for k, v in self.lodo_groups.items()},
         }
 
 
@@ -99,15 +106,7 @@ def _kernel_class(m: Measurement) -> tuple[str, str]:
 def free_params(engine: Engine, rows: Sequence[Measurement]) -> list[Param]:
     """The parameters the rows can inform (see the module docstring)."""
     fams = sorted({device_family(m.device) for m in rows})
-    pairs = sorted(
-        {
-            (
-                device_family(m.device),
-                get_dtype(plan_for(m, _device(m.device)).act_dtype).kernel_key,
-            )
-            for m in rows
-        }
-    )
+    pairs = sorted({_kernel_class(m) for m in rows})
     out = [Param(f"iteration_overhead_s@{f}", *OVERHEAD_MS_BOUNDS) for f in fams]
     out.append(Param("per_request_overhead_s", *PER_REQUEST_US_BOUNDS))
     if any(m.tp * m.pp > 1 for m in rows):
@@ -115,7 +114,14 @@ def free_params(engine: Engine, rows: Sequence[Measurement]) -> list[Param]:
     out.append(Param("gqa_kv_sharing", 0.0, 1.0))
     if any(_soft_kv(m) for m in rows):
         out.append(Param("kv_dequant_efficiency", *EFF_BOUNDS))
+    if any(_model(m.model).moe for m in rows):
+        out.append(Param("moe_efficiency", *MOE_EFF_BOUNDS))
+    count = Counter(_kernel_class(m) for m in rows)
     for f, d in pairs:
+        # a (family, dtype) pair with a handful of rows keeps the file's values: two
+        # efficiencies fitted to a few rows of one table follow that table's quirks
+        if count[(f, d)] < MIN_PAIR_ROWS:
+            continue
         # attention's compute efficiency stays the file's: prefill attention is a small
         # share of these rows' time and would be fitted to noise
         for k in ("gemm_compute", "memory"):
@@ -147,6 +153,7 @@ def current(engine: Engine, p: Param) -> float:
         "collective_overhead_s",
         "gqa_kv_sharing",
         "kv_dequant_efficiency",
+        "moe_efficiency",
     ):
         v = getattr(engine, name)
     else:
@@ -166,7 +173,7 @@ def apply(engine: Engine, values: dict[str, float]) -> Engine:
             by_family[where] = v * S_PER_MS
         elif name in ("per_request_overhead_s", "collective_overhead_s"):
             scalars[name] = v * S_PER_US
-        elif name in ("gqa_kv_sharing", "kv_dequant_efficiency"):
+        elif name in ("gqa_kv_sharing", "kv_dequant_efficiency", "moe_efficiency"):
             scalars[name] = v
         else:
             fam, _, dt = where.partition("/")
@@ -285,6 +292,7 @@ def calibrate(
         },
         rows=len(rows),
         lomo_groups=acceptance_summary(lomo_res),
+        lodo_groups=acceptance_summary(lodo_res),
     )
 
 
@@ -329,6 +337,7 @@ def engine_toml_table(cal: Calibration, *, data: str, default: bool = False) -> 
             "max_num_batched_tokens": e.max_num_batched_tokens,
             "chunked_prefill": e.chunked_prefill,
             "preemption": e.preemption,
+            "offline_caps": e.offline_caps,
         },
         "kv_cache": {
             "memory_fraction": e.kv_memory_fraction,
@@ -340,6 +349,7 @@ def engine_toml_table(cal: Calibration, *, data: str, default: bool = False) -> 
             "gqa_kv_sharing": e.gqa_kv_sharing,
             "kv_dequant_efficiency": e.kv_dequant_efficiency,
         },
+        "moe": {"efficiency": e.moe_efficiency},
         "default_efficiency": e.default_efficiency.to_dict(),
         "efficiency": eff,
     }

@@ -27,6 +27,7 @@ from typing import Any
 
 from hardware.device import Device, load_device
 from hardware.engine import Engine, load_engine
+from perfmodel.dtypes import ModuleDTypes
 from perfmodel.errors import PerfModelError, SpecError
 from perfmodel.model import ModelSpec, load_model
 from perfmodel.plan import ParallelPlan
@@ -82,14 +83,25 @@ def _engine(name: str) -> Engine:
     return load_engine(name)
 
 
+QUANTIZED = ("fp8", "int8", "int4", "fp4")
+
+
 def plan_for(m: Measurement, device: Device) -> ParallelPlan:
-    """The parallel plan of a row: math in the weight format when the device has it."""
+    """The parallel plan of a row: math in the weight format when the device has it.
+
+    A quantized ``precision`` is the format of the linear layers of the decoder; the
+    embedding and the LM head stay 16-bit, as post-training quantizers leave them
+    (ModelOpt, which made the TensorRT-LLM FP8 checkpoints, excludes ``*lm_head*`` by
+    default, and an embedding is a lookup, not a GEMM; vLLM's FP8 path does the same).
+    """
     act = m.precision
-    if m.precision in ("fp8", "int8", "int4") and not (
-        m.precision == "fp8" and device.computes("fp8")
-    ):
+    if m.precision in QUANTIZED and not (m.precision == "fp8" and device.computes("fp8")):
         act = "fp16"
-    return ParallelPlan(m.tp, m.precision, act, m.kv_precision, pp=m.pp)
+    modules = None
+    if m.precision in QUANTIZED:
+        q = m.precision
+        modules = ModuleDTypes(q, q, q, q, embedding="fp16")
+    return ParallelPlan(m.tp, m.precision, act, m.kv_precision, pp=m.pp, modules=modules)
 
 
 def _unrep(m: Measurement, reason: str, engine: str = "") -> RowResult:

@@ -49,11 +49,11 @@ def test_converter_reads_units_and_layouts_as_published() -> None:
         r for r in rows if r["metric"] == "output_tps_per_gpu" and "perf_overview" in r["source"]
     ]
     assert len(per_gpu) == 7 and {r["engine"] for r in per_gpu} == {"trtllm@1.1"}
-    # FP8 KV cache only from v0.17 on
+    # FP8 KV cache in every version (trtllm-bench build --quantization FP8 forces it)
     fp8_013 = {
         r["kv_precision"] for r in rows if r["engine"] == "trtllm@0.13" and r["precision"] == "fp8"
     }
-    assert fp8_013 == {"fp16"}
+    assert fp8_013 == {"fp8"}
     # every model maps to a catalog id except the two the catalog lacks
     assert {r["model"] for r in rows if not r["model"].islower()} == {
         "Llama 4 Maverick",

@@ -127,7 +127,7 @@ def test_offline_batch_caps() -> None:
     plan = ParallelPlan(1)
     v = offline_throughput(m, d, plan, input_len=128, output_len=128, engine=load_engine("vllm"))
     assert v.binding == "max_num_seqs" and v.batch == 256
-    t = load_engine("trtllm")
+    t = replace(load_engine("trtllm"), offline_caps="fixed")
     r = offline_throughput(m, d, plan, input_len=1000, output_len=1000, engine=t)
     cap = memory_fit(m, d, plan, engine=t).kv_capacity_tokens
     assert r.binding == "kv_cache" and r.batch == cap // 2000  # whole request reserved
@@ -223,3 +223,131 @@ def test_engine_for_resolves_auto_none_and_names() -> None:
     assert engine_for("auto", load_device("tpu-v5e")) is None
     with pytest.raises(SpecError, match="unknown engine"):
         engine_for("carrier-pigeon", h100)
+
+
+def test_offline_prompt_ingestion_binds() -> None:
+    """Mixtral-8x7B on 8 H100s, 2048/128: the KV cache admits 2,048 requests, but a
+    budget of B = 8,192 tokens per iteration feeds only d = B·o/(s + o) = 8192·128/2176
+    = 481.9 decoding requests with the prompts of those that finish. Every iteration
+    carries d decodes and B − d prompt tokens, so prompts enter at (B − d)/t̄ per second,
+    which is exactly the output rate times s/o (flow balance)."""
+    m, d = load_model("mixtral-8x7b"), load_device("h100-sxm")
+    plan = ParallelPlan(8, "fp8", "fp8", "fp8")
+    e = replace(load_engine("trtllm"), offline_caps="fixed")  # max_num_tokens 8192
+    r = offline_throughput(m, d, plan, input_len=2048, output_len=128, engine=e)
+    fed = 8192 * 128 / 2176
+    assert r.binding == "max_num_batched_tokens" and r.batch == 481
+    assert r.output_tokens_per_s * 2048 / 128 == pytest.approx((8192 - fed) / r.iteration_s)
+    b = Batch.decode(fed, 2048 + 64) + Batch.prefill((8192 - fed) / 2048, 2048)
+    t = float(step_time(m, d, b, plan=plan, engine=e).total_s)
+    assert r.iteration_s == pytest.approx(t, rel=1e-12)
+    # a short prompt keeps the KV-cache batch: 128/2048 needs only b·(s+o)/o ≤ B
+    r2 = offline_throughput(m, d, plan, input_len=128, output_len=2048, engine=e)
+    assert r2.binding != "max_num_batched_tokens" and r2.batch * 2176 / 2048 <= 8192
+
+
+def test_quantized_rows_keep_a_16_bit_embedding_and_head() -> None:
+    """An FP8 row of Llama-3.1-70B on one H100: the decoder's linear layers in FP8, the
+    embedding and LM head (2 · 128256 · 8192 = 2,101,346,304 weights) and the norms
+    (2 per layer + the final one: 161 · 8192 = 1,318,912) in 16 bits, so the device holds
+    2,102,665,216 bytes more than with every weight in FP8."""
+    from perfmodel.validate.data import Measurement
+    from perfmodel.validate.predict import plan_for
+
+    row = Measurement(
+        "h100-sxm", "llama-3.1-70b", "trtllm", "fp8", "fp8", 1, 1, 128, 128, None,
+        "output_tps_total", 1.0, None, None, {},
+    )  # fmt: skip
+    d, m = load_device("h100-sxm"), load_model("llama-3.1-70b")
+    plan = plan_for(row, d)
+    assert plan.weight_bytes_of("embedding") == 2 and plan.weight_bytes_of("dense_mlp") == 1
+    assert plan.act_dtype == "fp8" and plan.kv_dtype == "fp8"
+    extra = weight_bytes_per_device(m, plan) - weight_bytes_per_device(
+        m, ParallelPlan(1, "fp8", "fp8", "fp8")
+    )
+    assert extra == pytest.approx(2 * 128256 * 8192 + 161 * 8192, rel=1e-12)
+    # a 16-bit row is unchanged: uniform formats
+    assert plan_for(replace(row, precision="fp16", kv_precision="fp16"), d).modules is None
+
+
+def test_trtllm_bench_caps_per_isl_osl() -> None:
+    """trtllm-bench's build heuristic, by hand (H100: 85.899e9 B):
+
+    * Mixtral-8x7B FP8, TP8, 2048/128: KV 32 layers · 2 · 8 heads · 128 · 1 B = 65,536 B
+      per token; n = 0.95 · (8 · 85.899e9 − 46.70e9 · 1) / (65,536 · 2,176) = 4,267 →
+      bs = min(n, 4096) = 4,096 → 256·⌈4096/256⌉ = 4,096; tokens = min(4096 · 17, 32768)
+      = 32,768. The run then keeps d = 32768 · 128/2176 = 1,927 requests decoding.
+    * Llama-3.1-70B FP8, TP8, 128/4096: 163,840 B per token; n = 0.95 · (687.19e9 −
+      70.55e9) / (163,840 · 4,224) = 846.5 → 128·⌈846.5/128⌉ = 896; tokens = 846.5 ·
+      (1 + 128/4096) = 873 → at least 2,048."""
+    from perfmodel.serving.offline import trtllm_bench_caps
+
+    d = load_device("h100-sxm")
+    plan = ParallelPlan(8, "fp8", "fp8", "fp8")
+    mix = load_model("mixtral-8x7b")
+    assert trtllm_bench_caps(mix, d, plan, 2048, 128) == (4096, 32768)
+    assert trtllm_bench_caps(load_model("llama-3.1-70b"), d, plan, 128, 4096) == (896, 2048)
+    e = load_engine("trtllm")
+    assert e.offline_caps == "trtllm-bench"
+    r = offline_throughput(mix, d, plan, input_len=2048, output_len=128, engine=e)
+    assert r.batch == int(32768 * 128 / 2176) == 1927
+
+
+def test_moe_efficiency_scales_only_the_routed_experts() -> None:
+    """``moe_efficiency = 0.5`` halves both efficiencies of the grouped expert GEMM: its
+    compute and memory times double; the dense attention projections do not change."""
+    m, d = load_model("mixtral-8x7b"), load_device("h100-sxm")
+    plan = ParallelPlan(2, "fp8", "fp8", "fp8")
+    e = replace(load_engine("trtllm"), moe_efficiency=1.0)
+    half = replace(e, moe_efficiency=0.5)
+    for b in (Batch.decode(64, 1024), Batch.prefill(2, 2048)):
+        a, h = step_time(m, d, b, plan=plan, engine=e), step_time(m, d, b, plan=plan, engine=half)
+        for f in ("compute_s", "memory_s"):
+            x, y = getattr(a.op("moe_experts"), f), getattr(h.op("moe_experts"), f)
+            assert float(y) == pytest.approx(2 * float(x), rel=1e-12)
+        assert float(h.op("qkv_proj").total_s) == float(a.op("qkv_proj").total_s)
+    with pytest.raises(SpecError):
+        replace(e, moe_efficiency=0.0)
+
+
+def test_chunked_attention_layers_use_the_attention_profile() -> None:
+    """Llama-4-Scout's chunked-attention layers (``attention_chunked``) are attention
+    kernels: halving the engine's attention compute efficiency doubles their compute
+    time, as it does for the full-attention layers; the GEMMs do not change."""
+    m, d = load_model("llama-4-scout"), load_device("h100-sxm")
+    plan = ParallelPlan(4, "fp8", "fp8", "fp8")
+    e = load_engine("trtllm")
+    key = ("hopper", "fp8")
+    eff = e.efficiency[key]
+    slow = replace(
+        e,
+        efficiency={**e.efficiency, key: replace(eff, attention_compute=eff.attention_compute / 2)},
+    )
+    b = Batch.prefill(1, 8192)
+    a, h = step_time(m, d, b, plan=plan, engine=e), step_time(m, d, b, plan=plan, engine=slow)
+    for name in ("attention", "attention_chunked"):
+        x, y = float(a.op(name).compute_s), float(h.op(name).compute_s)
+        assert y == pytest.approx(2 * x, rel=1e-12)
+    assert float(h.op("o_proj_chunked").total_s) == float(a.op("o_proj_chunked").total_s)
+
+
+def test_calibration_frees_an_efficiency_pair_only_with_enough_rows() -> None:
+    """Nine BF16 rows on an H100 leave its 16-bit class (hopper/fp16: bf16 and fp16 share
+    one) at the file's values; ten free both of its efficiencies (``MIN_PAIR_ROWS``); a
+    MoE row frees ``moe_efficiency``."""
+    from perfmodel.validate.calibrate import MIN_PAIR_ROWS, free_params
+    from perfmodel.validate.data import Measurement
+
+    def row(model: str, prec: str) -> Measurement:
+        return Measurement(
+            "h100-sxm", model, "trtllm", prec, prec, 1, 1, 128, 128, None,
+            "output_tps_total", 1.0, None, None, {},
+        )  # fmt: skip
+
+    e = load_engine("trtllm")
+    fp8 = [row("llama-3.1-8b", "fp8")] * 20
+    names = {p.name for p in free_params(e, fp8 + [row("llama-3.1-8b", "bf16")] * 9)}
+    assert MIN_PAIR_ROWS == 10 and "gemm_compute@hopper/fp8" in names
+    assert not any("hopper/fp16" in n for n in names) and "moe_efficiency" not in names
+    names = {p.name for p in free_params(e, fp8 + [row("mixtral-8x7b", "bf16")] * 10)}
+    assert {"gemm_compute@hopper/fp16", "memory@hopper/fp16", "moe_efficiency"} <= names

@@ -62,3 +62,15 @@ def test_reserve_grows_with_batched_tokens() -> None:
     assert activation_reserve_bytes(m, p, 16384) == pytest.approx(
         2 * activation_reserve_bytes(m, p, 8192)
     )
+
+
+def test_activation_reserve_is_16_bit_under_fp8_math() -> None:
+    """FP8 GEMM inputs do not make the residual stream, MLP intermediate or logits 8-bit:
+    Llama-3.1-70B on one device, 8,192 tokens: 8192 · (4·8192 + 2·28672 + 128256) · 2 B
+    = 3,577,741,312 B with FP8 math as with FP16."""
+    from perfmodel.memory import activation_reserve_bytes
+
+    m = load_model("llama-3.1-70b")
+    fp8 = activation_reserve_bytes(m, ParallelPlan(1, "fp8", "fp8", "fp8"), 8192)
+    assert fp8 == 8192 * (4 * 8192 + 2 * 28672 + 128256) * 2 == 3_577_741_312
+    assert fp8 == activation_reserve_bytes(m, ParallelPlan(1), 8192)
