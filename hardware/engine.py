@@ -168,12 +168,11 @@ class Engine:
         calibration says so.
         """
         fam = device_family(device_id)
-        key = get_dtype(dtype).kernel_key
         cal = self.is_calibrated(device_id, dtype)
         stat = self.provenance.get("leave_one_model_out" if cal else "leave_one_device_out")
         if not stat or not stat.get("rows"):
             return f"{self.id} is not calibrated: expect the engine-less error band or worse"
-        where = "calibrated" if cal else f"uncalibrated on {fam}/{key}"
+        where = "calibrated" if cal else f"uncalibrated on {fam}/{get_dtype(dtype).name}"
         kind = "leave-one-model-out" if cal else "leave-one-device-out"
         return (
             f"{self.id} {where}: expect ±{stat['median_abs_error_pct']:.0f} % median, "

@@ -66,7 +66,7 @@ def test_an_uncalibrated_pair_states_the_held_out_error() -> None:
     # vLLM was never fitted on an MI300X (cdna3): the note quotes the engine file's
     # leave-one-device-out median error, not a number made up here
     note = _json(["estimate", "--hardware", "mi300x"])["engine_accuracy"]
-    assert f"uncalibrated on cdna3/fp16: expect {_lodo_pct('vllm')} median" in note
+    assert f"uncalibrated on cdna3/bf16: expect {_lodo_pct('vllm')} median" in note
     note = _json(["estimate", "--hardware", "tpu-v5e"])["engine_accuracy"]
     assert "no engine model for google devices" in note
 
