@@ -237,7 +237,8 @@ def _render(spec: CacheBudgetSpec, plan: CachePlan) -> None:
 
 def _write_figure(out: Path, spec: Any, plan: Any, curves: list[Any], *, force: bool) -> None:
     """Write the split figure and the hit-ratio curves."""
-    from reports.cache_plot import cache_figure, figure_html
+    from reports.cache_plot import cache_figure
+    from reports.html import figure_html
 
     slo = spec.slo
     title = (
