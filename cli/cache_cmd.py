@@ -12,14 +12,6 @@ import typer
 
 from cli import options as po
 from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
-from cli.options import (
-    DEFAULT_MODEL,
-    DEFAULT_SLO_PERCENTILE,
-    DEFAULT_TPOT_SLO_MS,
-    DEFAULT_TTFT_SLO_MS,
-    ForceOpt,
-    SloPercentileOpt,
-)
 from perfmodel.units import MS_PER_S
 
 if TYPE_CHECKING:
@@ -31,21 +23,10 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-Model = Annotated[str, typer.Option(help="Model id or config.json path.")]
-Hardware = Annotated[str, typer.Option(help="Device id or TOML path.")]
-Tp = Annotated[int, typer.Option(help="Tensor-parallel degree.")]
-WorkloadOpt = Annotated[str, typer.Option("--workload", help="Preset: chat | code.")]
-Trace = Annotated[Path | None, typer.Option(help="Trace CSV (overrides --workload).")]
-Rate = Annotated[float, typer.Option("--rate-per-s", help="Arrival rate (requests/s).")]
-Ttft = Annotated[float, typer.Option("--ttft-slo-ms", help="TTFT target (ms).")]
-Tpot = Annotated[float, typer.Option("--tpot-slo-ms", help="TPOT target (ms).")]
-Pct = SloPercentileOpt
-Goal = Annotated[float, typer.Option(help="Fraction of requests that must meet the SLO.")]
 Objective = Annotated[str, typer.Option(help="goodput (SLO goodput at the rate) | tpot.")]
 Budget = Annotated[
     float | None, typer.Option("--budget-gib", help="Device memory to split (default 90% HBM).")
 ]
-MaxTok = Annotated[int, typer.Option(help="Token budget per iteration.")]
 Offload = Annotated[bool, typer.Option(help="Keep routed experts in host memory, cache some.")]
 ExpDtype = Annotated[str, typer.Option(help="Precision of cached experts (bf16, fp8, int4).")]
 ExpZipf = Annotated[float, typer.Option(help="Zipf exponent of expert popularity (0 = uniform).")]
@@ -79,19 +60,19 @@ def _plan(spec: Any) -> Any:
 @app.command("plan")
 @handle_errors
 def plan_cmd(
-    model: Model = DEFAULT_MODEL,
-    hardware: Hardware = "h100-sxm",
-    tp: Tp = 1,
-    workload: WorkloadOpt = "chat",
-    trace: Trace = None,
-    rate_per_s: Rate = 1.0,
-    ttft_slo_ms: Ttft = DEFAULT_TTFT_SLO_MS,
-    tpot_slo_ms: Tpot = DEFAULT_TPOT_SLO_MS,
-    slo_percentile: Pct = DEFAULT_SLO_PERCENTILE,
-    goal: Goal = 0.9,
+    model: po.ModelOpt = po.DEFAULT_MODEL,
+    hardware: po.HardwareOpt = po.DEFAULT_HARDWARE,
+    tp: po.TpOpt = 1,
+    workload: po.WorkloadOpt = po.DEFAULT_WORKLOAD,
+    trace: po.TraceOpt = None,
+    rate_per_s: po.RateOpt = 1.0,
+    ttft_slo_ms: po.TtftSloOpt = po.DEFAULT_TTFT_SLO_MS,
+    tpot_slo_ms: po.TpotSloOpt = po.DEFAULT_TPOT_SLO_MS,
+    slo_percentile: po.SloPercentileOpt = po.DEFAULT_SLO_PERCENTILE,
+    goal: po.GoalOpt = po.DEFAULT_GOAL,
     objective: Objective = "goodput",
     budget_gib: Budget = None,
-    max_batched_tokens: MaxTok = 8192,
+    max_batched_tokens: po.MaxBatchedTokensOpt = po.DEFAULT_MAX_BATCHED_TOKENS,
     offload_experts: Offload = False,
     expert_cache_dtype: ExpDtype = "bf16",
     expert_zipf: ExpZipf = 1.0,
@@ -115,7 +96,7 @@ def plan_cmd(
             "ratio vs cache size (self-contained HTML)."
         ),
     ] = None,
-    force: ForceOpt = False,
+    force: po.ForceOpt = False,
     dtype: po.DtypeOpt = None,
     act_dtype: po.ActDtypeOpt = None,
     kv_dtype: po.KvDtypeOpt = None,
@@ -129,10 +110,7 @@ def plan_cmd(
     from hardware.device import load_device
     from perfmodel.cache.paging import SOURCES, nvme_link
     from perfmodel.model import load_model
-    from perfmodel.units import GIGA, GiB, from_ms
-    from perfmodel.workload.presets import Workload, preset
-    from perfmodel.workload.slo import SLO
-    from perfmodel.workload.trace import load_trace
+    from perfmodel.units import GIGA, GiB
     from reports.cache_plot import CachePlanReport, hit_curves
     from reports.written import Engined
     from solvers.cache.budget import CacheBudgetSpec
@@ -146,7 +124,7 @@ def plan_cmd(
         raise fail(f"--adapter-source must be one of {', '.join(SOURCES)}")
     m = load_model(model)
     d = load_device(hardware)
-    wl = Workload.from_trace(load_trace(trace)) if trace else preset(workload)
+    wl = po.build_workload(workload, trace)
     act = _activation(m, offload_experts, expert_counts, expert_zipf)
     spec = CacheBudgetSpec(
         model=m,
@@ -154,7 +132,7 @@ def plan_cmd(
         plan=build_plan(m, d, tp=tp, dtype=dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)[0],
         workload=wl,
         rate_per_s=rate_per_s,
-        slo=SLO(from_ms(ttft_slo_ms), from_ms(tpot_slo_ms), slo_percentile, goal),
+        slo=po.build_slo(ttft_slo_ms, tpot_slo_ms, slo_percentile, goal),
         objective=objective,
         max_batched_tokens=max_batched_tokens,
         budget_bytes=None if budget_gib is None else budget_gib * GiB,
