@@ -6,42 +6,27 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from cli import options as po
 from cli.common import JsonOpt, echo_json, fail, handle_errors, progress, table, write_atomic
-from cli.options import (
-    DEFAULT_MODEL,
-    DEFAULT_SLO_PERCENTILE,
-    DEFAULT_TPOT_SLO_MS,
-    DEFAULT_TTFT_SLO_MS,
-    ForceOpt,
-    SloPercentileOpt,
-)
 from perfmodel.units import MS_PER_S
+
+if TYPE_CHECKING:
+    from perfmodel.model import ModelSpec
+    from solvers.cache.budget import CacheBudgetSpec, CachePlan
 
 app = typer.Typer(
     help="Memory budgets: KV cache vs offloaded-expert cache vs LoRA adapters.",
     no_args_is_help=True,
 )
 
-Model = Annotated[str, typer.Option(help="Model id or config.json path.")]
-Hardware = Annotated[str, typer.Option(help="Device id or TOML path.")]
-Tp = Annotated[int, typer.Option(help="Tensor-parallel degree.")]
-WorkloadOpt = Annotated[str, typer.Option("--workload", help="Preset: chat | code.")]
-Trace = Annotated[Path | None, typer.Option(help="Trace CSV (overrides --workload).")]
-Rate = Annotated[float, typer.Option("--rate-per-s", help="Arrival rate (requests/s).")]
-Ttft = Annotated[float, typer.Option("--ttft-slo-ms", help="TTFT target (ms).")]
-Tpot = Annotated[float, typer.Option("--tpot-slo-ms", help="TPOT target (ms).")]
-Pct = SloPercentileOpt
-Goal = Annotated[float, typer.Option(help="Fraction of requests that must meet the SLO.")]
 Objective = Annotated[str, typer.Option(help="goodput (SLO goodput at the rate) | tpot.")]
 Budget = Annotated[
     float | None, typer.Option("--budget-gib", help="Device memory to split (default 90% HBM).")
 ]
-MaxTok = Annotated[int, typer.Option(help="Token budget per iteration.")]
 Offload = Annotated[bool, typer.Option(help="Keep routed experts in host memory, cache some.")]
 ExpDtype = Annotated[str, typer.Option(help="Precision of cached experts (bf16, fp8, int4).")]
 ExpZipf = Annotated[float, typer.Option(help="Zipf exponent of expert popularity (0 = uniform).")]
@@ -64,100 +49,6 @@ NvmeGbps = Annotated[
 Levels = Annotated[int, typer.Option(help="Grid levels for this pool.")]
 
 
-def _spec(
-    *,
-    model: Model,
-    hardware: Hardware,
-    tp: Tp,
-    workload: WorkloadOpt,
-    trace: Trace,
-    rate_per_s: Rate,
-    ttft_slo_ms: Ttft,
-    tpot_slo_ms: Tpot,
-    slo_percentile: Pct,
-    goal: Goal,
-    objective: Objective,
-    budget_gib: Budget,
-    max_batched_tokens: MaxTok,
-    offload_experts: Offload,
-    expert_cache_dtype: ExpDtype,
-    expert_zipf: ExpZipf,
-    expert_counts: ExpCounts,
-    expert_policy: ExpPolicy,
-    low_precision_dtype: LowDtype,
-    low_fraction: LowFrac,
-    prefetched: Prefetch,
-    adapters: Adapters,
-    adapter_rank: Rank,
-    adapter_zipf: AdZipf,
-    adapter_source: AdSource,
-    nvme_gb_per_s: NvmeGbps,
-    kv_levels: Levels,
-    expert_levels: Levels,
-    adapter_levels: Levels,
-    dtype: str | None = None,
-    act_dtype: str | None = None,
-    kv_dtype: str | None = None,
-    engine: str = po.DEFAULT_ENGINE,
-) -> Any:
-    from cli.plan_options import build_plan
-    from hardware.device import load_device
-    from perfmodel.cache.hitrate import activation_from_counts
-    from perfmodel.cache.paging import SOURCES, nvme_link
-    from perfmodel.model import load_model
-    from perfmodel.moe.routing import load_counts_csv
-    from perfmodel.units import GIGA, GiB, from_ms
-    from perfmodel.workload.presets import Workload, preset
-    from perfmodel.workload.slo import SLO
-    from perfmodel.workload.trace import load_trace
-    from solvers.cache.budget import CacheBudgetSpec, popularity_activation
-
-    counts = {"tp": tp, "max_batched_tokens": max_batched_tokens, "kv_levels": kv_levels,
-              "expert_levels": expert_levels, "adapter_levels": adapter_levels}  # fmt: skip
-    for name, v in counts.items():
-        if v < 1:
-            raise fail(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
-    if adapter_source not in SOURCES:
-        raise fail(f"--adapter-source must be one of {', '.join(SOURCES)}")
-    m = load_model(model)
-    d = load_device(hardware)
-    wl = Workload.from_trace(load_trace(trace)) if trace else preset(workload)
-    act = None
-    if offload_experts and m.moe is not None:
-        if expert_counts:
-            rec = load_counts_csv(expert_counts, num_experts=m.moe.num_experts, top_k=m.moe.top_k)
-            act = activation_from_counts(rec.counts, rec.tokens)
-        else:
-            act = popularity_activation(m, expert_zipf)
-    return CacheBudgetSpec(
-        model=m,
-        device=d,
-        plan=build_plan(m, d, tp=tp, dtype=dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)[0],
-        workload=wl,
-        rate_per_s=rate_per_s,
-        slo=SLO(from_ms(ttft_slo_ms), from_ms(tpot_slo_ms), slo_percentile, goal),
-        objective=objective,
-        max_batched_tokens=max_batched_tokens,
-        budget_bytes=None if budget_gib is None else budget_gib * GiB,
-        offload_experts=offload_experts,
-        expert_cache_dtype=expert_cache_dtype,
-        expert_activation=act,
-        expert_policy=expert_policy,
-        low_precision_dtype=low_precision_dtype,
-        low_fraction=low_fraction,
-        prefetched=prefetched,
-        adapters=adapters,
-        adapter_rank=adapter_rank,
-        adapter_zipf=adapter_zipf,
-        adapter_source=adapter_source,
-        nvme=nvme_link(nvme_gb_per_s * GIGA),
-        kv_levels=kv_levels,
-        expert_levels=expert_levels,
-        adapter_levels=adapter_levels,
-        engine=po.resolve_engine(engine, d),
-    )
-
-
 def _plan(spec: Any) -> Any:
     from solvers.cache.budget import plan_cache_budget
 
@@ -169,19 +60,19 @@ def _plan(spec: Any) -> Any:
 @app.command("plan")
 @handle_errors
 def plan_cmd(
-    model: Model = DEFAULT_MODEL,
-    hardware: Hardware = "h100-sxm",
-    tp: Tp = 1,
-    workload: WorkloadOpt = "chat",
-    trace: Trace = None,
-    rate_per_s: Rate = 1.0,
-    ttft_slo_ms: Ttft = DEFAULT_TTFT_SLO_MS,
-    tpot_slo_ms: Tpot = DEFAULT_TPOT_SLO_MS,
-    slo_percentile: Pct = DEFAULT_SLO_PERCENTILE,
-    goal: Goal = 0.9,
+    model: po.ModelOpt = po.DEFAULT_MODEL,
+    hardware: po.HardwareOpt = po.DEFAULT_HARDWARE,
+    tp: po.TpOpt = 1,
+    workload: po.WorkloadOpt = po.DEFAULT_WORKLOAD,
+    trace: po.TraceOpt = None,
+    rate_per_s: po.RateOpt = 1.0,
+    ttft_slo_ms: po.TtftSloOpt = po.DEFAULT_TTFT_SLO_MS,
+    tpot_slo_ms: po.TpotSloOpt = po.DEFAULT_TPOT_SLO_MS,
+    slo_percentile: po.SloPercentileOpt = po.DEFAULT_SLO_PERCENTILE,
+    goal: po.GoalOpt = po.DEFAULT_GOAL,
     objective: Objective = "goodput",
     budget_gib: Budget = None,
-    max_batched_tokens: MaxTok = 8192,
+    max_batched_tokens: po.MaxBatchedTokensOpt = po.DEFAULT_MAX_BATCHED_TOKENS,
     offload_experts: Offload = False,
     expert_cache_dtype: ExpDtype = "bf16",
     expert_zipf: ExpZipf = 1.0,
@@ -205,7 +96,7 @@ def plan_cmd(
             "ratio vs cache size (self-contained HTML)."
         ),
     ] = None,
-    force: ForceOpt = False,
+    force: po.ForceOpt = False,
     dtype: po.DtypeOpt = None,
     act_dtype: po.ActDtypeOpt = None,
     kv_dtype: po.KvDtypeOpt = None,
@@ -215,24 +106,39 @@ def plan_cmd(
     """Choose the KV / expert-cache / adapter split that serves the rate best."""
     if out is not None and out.exists() and not force:
         raise fail(f"{out} exists; pass --force to overwrite it")
-    spec = _spec(
-        model=model,
-        hardware=hardware,
-        tp=tp,
-        workload=workload,
-        trace=trace,
+    from cli.plan_options import build_plan
+    from hardware.device import load_device
+    from perfmodel.cache.paging import SOURCES, nvme_link
+    from perfmodel.model import load_model
+    from perfmodel.units import GIGA, GiB
+    from reports.cache_plot import CachePlanReport, hit_curves
+    from reports.written import Engined
+    from solvers.cache.budget import CacheBudgetSpec
+
+    counts = {"tp": tp, "max_batched_tokens": max_batched_tokens, "kv_levels": kv_levels,
+              "expert_levels": expert_levels, "adapter_levels": adapter_levels}  # fmt: skip
+    for name, v in counts.items():
+        if v < 1:
+            raise fail(f"--{name.replace('_', '-')} must be a positive integer, got {v}")
+    if adapter_source not in SOURCES:
+        raise fail(f"--adapter-source must be one of {', '.join(SOURCES)}")
+    m = load_model(model)
+    d = load_device(hardware)
+    wl = po.build_workload(workload, trace)
+    act = _activation(m, offload_experts, expert_counts, expert_zipf)
+    spec = CacheBudgetSpec(
+        model=m,
+        device=d,
+        plan=build_plan(m, d, tp=tp, dtype=dtype, act_dtype=act_dtype, kv_dtype=kv_dtype)[0],
+        workload=wl,
         rate_per_s=rate_per_s,
-        ttft_slo_ms=ttft_slo_ms,
-        tpot_slo_ms=tpot_slo_ms,
-        slo_percentile=slo_percentile,
-        goal=goal,
+        slo=po.build_slo(ttft_slo_ms, tpot_slo_ms, slo_percentile, goal),
         objective=objective,
-        budget_gib=budget_gib,
         max_batched_tokens=max_batched_tokens,
+        budget_bytes=None if budget_gib is None else budget_gib * GiB,
         offload_experts=offload_experts,
         expert_cache_dtype=expert_cache_dtype,
-        expert_zipf=expert_zipf,
-        expert_counts=expert_counts,
+        expert_activation=act,
         expert_policy=expert_policy,
         low_precision_dtype=low_precision_dtype,
         low_fraction=low_fraction,
@@ -241,18 +147,12 @@ def plan_cmd(
         adapter_rank=adapter_rank,
         adapter_zipf=adapter_zipf,
         adapter_source=adapter_source,
-        nvme_gb_per_s=nvme_gb_per_s,
+        nvme=nvme_link(nvme_gb_per_s * GIGA),
         kv_levels=kv_levels,
         expert_levels=expert_levels,
         adapter_levels=adapter_levels,
-        dtype=dtype,
-        act_dtype=act_dtype,
-        kv_dtype=kv_dtype,
-        engine=engine,
+        engine=po.resolve_engine(engine, d),
     )
-    from reports.cache_plot import CachePlanReport, hit_curves
-    from reports.written import Engined
-
     plan = _plan(spec)
     curves = hit_curves(spec) if out is not None else []
     eng_json, eng_lines = po.engines_for([spec.device], spec.plan.act_dtype, engine)
@@ -261,10 +161,29 @@ def plan_cmd(
     if json_out:
         echo_json(Engined(CachePlanReport(plan, out, tuple(curves)), eng_json))
         return
-    d = plan.to_dict()
     if out is not None:
         typer.echo(f"wrote {out}")
     typer.echo("\n".join(eng_lines))
+    _render(spec, plan)
+
+
+def _activation(m: ModelSpec, offload: bool, counts: Path | None, zipf: float) -> Any:
+    """The experts' activation law: from recorded counts, else Zipf popularity (MoE offload)."""
+    from perfmodel.cache.hitrate import activation_from_counts
+    from perfmodel.moe.routing import load_counts_csv
+    from solvers.cache.budget import popularity_activation
+
+    if not offload or m.moe is None:
+        return None
+    if counts:
+        rec = load_counts_csv(counts, num_experts=m.moe.num_experts, top_k=m.moe.top_k)
+        return activation_from_counts(rec.counts, rec.tokens)
+    return popularity_activation(m, zipf)
+
+
+def _render(spec: CacheBudgetSpec, plan: CachePlan) -> None:
+    """The text answer: the split, the state at the rate, the marginal value of a GiB."""
+    d = plan.to_dict()
     head = f"{spec.model.id} on {spec.plan.tp}x {spec.device.id}, {spec.workload.name} at "
     typer.echo(head + f"{spec.rate_per_s:g} req/s")
     if not plan.feasible:
@@ -283,7 +202,7 @@ def plan_cmd(
     )
     typer.echo(f"  {plan.explanation}")
     typer.echo(
-        f"  TPOT mean {a['tpot_mean_ms']:.1f} ms, p{slo_percentile * 100:g} TTFT "
+        f"  TPOT mean {a['tpot_mean_ms']:.1f} ms, p{spec.slo.percentile * 100:g} TTFT "
         f"{a['ttft_quantile_ms']:.0f} ms, SLO attainment {a['slo_attainment']:.1%}"
     )
     typer.echo(f"  binding resource: {plan.binding_resource}")
@@ -291,12 +210,13 @@ def plan_cmd(
         [k, plan.marginal_per_gib[k], plan.marginal_service_rate_per_gib[k]]
         for k in plan.marginal_per_gib
     ]
-    typer.echo(table(rows, ["pool", f"Δ{objective} per GiB", "Δμ req/s per GiB"]))
+    typer.echo(table(rows, ["pool", f"Δ{spec.objective} per GiB", "Δμ req/s per GiB"]))
 
 
 def _write_figure(out: Path, spec: Any, plan: Any, curves: list[Any], *, force: bool) -> None:
     """Write the split figure and the hit-ratio curves."""
-    from reports.cache_plot import cache_figure, figure_html
+    from reports.cache_plot import cache_figure
+    from reports.html import figure_html
 
     slo = spec.slo
     title = (

@@ -98,6 +98,7 @@ def capacity_cmd(
 ) -> None:
     """Service rate μ and its binding bound, stability, latency, goodput, instances needed."""
     from perfmodel.serving.capacity import capacity
+    from perfmodel.serving.service import EngineLimits
 
     rep = capacity(
         build_instance(
@@ -118,9 +119,7 @@ def capacity_cmd(
         build_slo(ttft_slo_ms, tpot_slo_ms, slo_percentile, goal),
         rate_per_s=rate_per_s,
         target_utilization=target_utilization,
-        kv_capacity_tokens=kv_capacity_tokens,
-        max_batched_tokens=max_batched_tokens,
-        chunk_size=chunk_size,
+        limits=EngineLimits(kv_capacity_tokens, max_batched_tokens, chunk_size),
     )
     if json_out:
         echo_json(rep)
@@ -226,6 +225,7 @@ def simulate_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Discrete-event simulation: TTFT/TPOT/E2E distributions, throughput, queue growth."""
+    from perfmodel.serving.service import EngineLimits
     from perfmodel.sim.report import simulate_instance
 
     if requests < 1:
@@ -256,9 +256,7 @@ def simulate_cmd(
         time_scale=time_scale,
         requests=requests,
         seed=seed,
-        kv_capacity_tokens=kv_capacity_tokens,
-        max_batched_tokens=max_batched_tokens,
-        chunk_size=chunk_size,
+        limits=EngineLimits(kv_capacity_tokens, max_batched_tokens, chunk_size),
     )
     if json_out:
         echo_json(rep)

@@ -125,14 +125,6 @@ def resolve_engine(engine: str, device: Device) -> Engine | None:
     return engine_for(engine, device)
 
 
-def engine_note(inst: Instance, engine: str = DEFAULT_ENGINE) -> str:
-    """The engine an answer was modelled with, and the error to expect from validation
-    (``hardware.engine_note``); ``engine``: the ``--engine`` value."""
-    from hardware.engine_note import describe_engine
-
-    return describe_engine(inst.engine, inst.device, inst.plan.act_dtype, engine)
-
-
 def engines_for(
     devices: Sequence[Device], act_dtype: str | Mapping[str, str], engine: str = DEFAULT_ENGINE
 ) -> tuple[dict[str, Any], list[str]]:

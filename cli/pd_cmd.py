@@ -24,7 +24,6 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
-ModelOpt = Annotated[str, typer.Option(help="Model id or config.json path.")]
 HwOpt = Annotated[str, typer.Option(help="Device id or TOML path (prefill, and decode).")]
 DecHwOpt = Annotated[
     str | None, typer.Option(help="Device for decode instances (default: --hardware).")
@@ -35,9 +34,6 @@ WorkloadOpt = Annotated[
 TraceOpt = Annotated[
     Path | None, typer.Option(help="Trace CSV (Azure or input_tokens,output_tokens).")
 ]
-TtftOpt = Annotated[float, typer.Option(help="TTFT target, ms.")]
-TpotOpt = Annotated[float, typer.Option(help="TPOT target, ms.")]
-PctOpt = SloPercentileOpt
 DtypeOpt = Annotated[str, typer.Option(help="Weight/math dtype (bf16, fp16, fp8).")]
 KvOpt = Annotated[str, typer.Option(help="KV link: auto, scale-up or scale-out.")]
 PrefillProfOpt = Annotated[
@@ -176,15 +172,15 @@ def _plan_text(p: Any) -> str:
 @app.command("plan")
 @handle_errors
 def plan_cmd(
-    model: ModelOpt = DEFAULT_MODEL,
+    model: po.ModelOpt = DEFAULT_MODEL,
     hardware: HwOpt = "h100-sxm",
     decode_hardware: DecHwOpt = None,
     workload: WorkloadOpt = DEFAULT_WORKLOAD,
     trace: TraceOpt = None,
     rate_per_s: Annotated[float, typer.Option(help="Arrival rate, requests/s.")] = 10.0,
-    ttft_slo_ms: TtftOpt = DEFAULT_TTFT_SLO_MS,
-    tpot_slo_ms: TpotOpt = DEFAULT_TPOT_SLO_MS,
-    slo_percentile: PctOpt = DEFAULT_SLO_PERCENTILE,
+    ttft_slo_ms: po.TtftSloOpt = DEFAULT_TTFT_SLO_MS,
+    tpot_slo_ms: po.TpotSloOpt = DEFAULT_TPOT_SLO_MS,
+    slo_percentile: SloPercentileOpt = DEFAULT_SLO_PERCENTILE,
     max_gpus: Annotated[int | None, typer.Option(help="Most GPUs the plan may use.")] = None,
     price_per_hour_usd: Annotated[
         float | None, typer.Option(help="Price of a --hardware GPU; minimize $/h instead.")
@@ -267,14 +263,14 @@ def plan_cmd(
 @handle_errors
 def phase_cmd(
     out: Annotated[Path, typer.Option(help="Output HTML file.")],
-    model: ModelOpt = DEFAULT_MODEL,
+    model: po.ModelOpt = DEFAULT_MODEL,
     hardware: HwOpt = "h100-sxm",
     decode_hardware: DecHwOpt = None,
     workload: WorkloadOpt = DEFAULT_WORKLOAD,
     trace: TraceOpt = None,
-    ttft_slo_ms: TtftOpt = DEFAULT_TTFT_SLO_MS,
-    tpot_slo_ms: TpotOpt = DEFAULT_TPOT_SLO_MS,
-    slo_percentile: PctOpt = DEFAULT_SLO_PERCENTILE,
+    ttft_slo_ms: po.TtftSloOpt = DEFAULT_TTFT_SLO_MS,
+    tpot_slo_ms: po.TpotSloOpt = DEFAULT_TPOT_SLO_MS,
+    slo_percentile: SloPercentileOpt = DEFAULT_SLO_PERCENTILE,
     inputs: Annotated[str, typer.Option(help="Input lengths (tokens), comma-separated.")] = (
         "128,512,2048,8192"
     ),

@@ -313,7 +313,8 @@ def plot_cmd(
     Expert mode (``--hardware --model``, GEMM CSV): the expert block and its n*.
     Profile mode (``--profile``): a slice of the data (``--where``) along ``--x-col``.
     """
-    from reports.profile_plot import PlotSummary, expert_block_figure, figure_html, profile_figure
+    from reports.html import figure_html
+    from reports.profile_plot import PlotSummary, expert_block_figure, profile_figure
 
     if out.exists() and not force:
         raise FileExistsError(f"{out} exists; pass --force to overwrite it")

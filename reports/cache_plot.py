@@ -178,8 +178,3 @@ def cache_figure(
         legend={"x": 1.0, "y": 1.0, "xanchor": "right", "bgcolor": "rgba(255,255,255,0.8)"},
     )
     return fig
-
-
-def figure_html(fig: Any) -> str:
-    """Self-contained offline HTML (plotly.js inlined)."""
-    return str(fig.to_html(include_plotlyjs=True, full_html=True))

@@ -37,6 +37,7 @@ from perfmodel.model import ModelSpec
 from perfmodel.moe.ep_comm import ep_comm, ep_link
 from perfmodel.moe.expert import crossover_tokens, derived_expert_profile, expert_shape
 from perfmodel.moe.routing import expert_popularity, sample_counts
+from reports.html import figure_html
 from solvers.dispatch.solve import PROXIES, DispatchProblem, Placement, dispatch, dispatch_heuristic
 from solvers.placement.eplb import rebalance_experts
 
@@ -328,4 +329,4 @@ def phase_figure(diagrams: Sequence[PhaseDiagram]) -> Any:
 
 def phase_figure_html(diagrams: Sequence[PhaseDiagram]) -> str:
     """Self-contained HTML of :func:`phase_figure` (plotly.js embedded: works offline)."""
-    return str(phase_figure(diagrams).to_html(include_plotlyjs=True, full_html=True))
+    return figure_html(phase_figure(diagrams))

@@ -37,6 +37,7 @@ from perfmodel.units import MS_PER_S
 from perfmodel.workload.lengths import fixed_lengths
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
+from reports.html import figure_html
 from solvers.pd.colocated import ColocatedMemo
 from solvers.pd.enumerate import EngineSpec
 from solvers.pd.plan import colocated_baseline, evaluate_options, fluid_optimum
@@ -428,4 +429,4 @@ def phase_figure(diagrams: Sequence[PDPhaseDiagram]) -> Any:
 
 def phase_figure_html(diagrams: Sequence[PDPhaseDiagram]) -> str:
     """Self-contained HTML of :func:`phase_figure` (plotly.js embedded: works offline)."""
-    return str(phase_figure(diagrams).to_html(include_plotlyjs=True, full_html=True))
+    return figure_html(phase_figure(diagrams))

@@ -1,8 +1,8 @@
 """Figures of a max-affine profile against the measurements it was fitted to.
 
 Pure functions from arrays and profiles to plotly figures (plotly imported lazily);
-:func:`figure_html` turns a figure into a self-contained HTML page that works offline
-(plotly.js embedded).
+:func:`reports.html.figure_html` turns a figure into a self-contained HTML page that
+works offline (plotly.js embedded).
 """
 
 from __future__ import annotations
@@ -223,8 +223,3 @@ def expert_block_figure(
     fig.update_xaxes(type="log", range=data_range(np.asarray(na), log=True))
     fig.update_yaxes(type="log")
     return fig
-
-
-def figure_html(fig: Any) -> str:
-    """A self-contained HTML page (plotly.js embedded: works offline)."""
-    return str(fig.to_html(include_plotlyjs=True, full_html=True))

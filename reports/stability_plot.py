@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from reports.html import figure_html
 from reports.stability_sweep import StabilityPhase
 
 REGIMES = ("slo-feasible", "stable", "unstable")
@@ -152,4 +153,4 @@ def stability_figure(phase: StabilityPhase) -> Any:
 
 def stability_html(phase: StabilityPhase) -> str:
     """Self-contained offline HTML of :func:`stability_figure`."""
-    return str(stability_figure(phase).to_html(include_plotlyjs=True, full_html=True))
+    return figure_html(stability_figure(phase))

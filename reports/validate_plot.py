@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from perfmodel.validate.predict import RowResult
+from reports.html import figure_html
 
 
 def validation_figure(results: Sequence[RowResult]) -> Any:
@@ -64,4 +65,4 @@ def validation_figure(results: Sequence[RowResult]) -> Any:
 
 def validation_html(results: Sequence[RowResult]) -> str:
     """Self-contained offline HTML (plotly.js inlined)."""
-    return str(validation_figure(results).to_html(include_plotlyjs=True, full_html=True))
+    return figure_html(validation_figure(results))

@@ -13,7 +13,7 @@ from typing import Any
 from perfmodel.serving.goodput import Goodput, Sizing, goodput, instances_needed
 from perfmodel.serving.latency import LatencyEstimate
 from perfmodel.serving.remedy import Change, cheapest_change, explain_infeasible, practical
-from perfmodel.serving.service import ServiceRate, Stability, latency, service_rate, stability
+from perfmodel.serving.service import EngineLimits, ServiceRate, Stability, latency, stability
 from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S
 from perfmodel.workload.presets import Workload
@@ -127,9 +127,7 @@ def capacity(
     *,
     rate_per_s: float | None = None,
     target_utilization: float = 0.8,
-    kv_capacity_tokens: int | None = None,
-    max_batched_tokens: int = 8192,
-    chunk_size: int | None = None,
+    limits: EngineLimits = EngineLimits(),
     find_change: bool = True,
 ) -> CapacityReport:
     """Service rate, stability and latency at ``rate_per_s``, goodput, and sizing.
@@ -139,13 +137,7 @@ def capacity(
     (no instance count) and, with ``find_change``, carries the cheapest change that makes
     it practical (``perfmodel.serving.remedy``).
     """
-    sr = service_rate(
-        inst,
-        workload,
-        kv_capacity_tokens=kv_capacity_tokens,
-        max_batched_tokens=max_batched_tokens,
-        chunk_size=chunk_size,
-    )
+    sr = limits.service_rate(inst, workload)
     if rate_per_s is None:
         trace = workload.trace
         rate_per_s = trace.rate_per_s if trace is not None else DEFAULT_LOAD * sr.rate_per_s

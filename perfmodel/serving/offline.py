@@ -98,10 +98,16 @@ class OfflineReport:
 BENCH_MAX_REQUESTS = 4096
 BENCH_MAX_TOKENS = 32768
 BENCH_KV_FRACTION = 0.95
+#: trtllm-bench's rounding: (below this, round up to this step), and the least value
+BENCH_BATCH_ROUNDING = (((256, 32), (1024, 128), (math.inf, 256)), 64)
+BENCH_TOKEN_ROUNDING = (((4096, 256), (8192, 512), (math.inf, 1024)), 2048)
 
 
-def _round_up(x: float, step: int) -> int:
-    return step * math.ceil(x / step)
+def _round_up(x: float, rounding: tuple[tuple[tuple[float, int], ...], int]) -> int:
+    """``x`` rounded up to the step of the first tier it is below, at least the least value."""
+    tiers, least = rounding
+    step = next(step for below, step in tiers if x < below)
+    return max(least, step * math.ceil(x / step))
 
 
 def trtllm_bench_caps(
@@ -129,19 +135,7 @@ def trtllm_bench_caps(
     n = BENCH_KV_FRACTION * free / (kv_token * kv_b * (s + o)) if kv_token > 0 else math.inf
     bs = min(n, BENCH_MAX_REQUESTS) / plan.pp
     tokens = min(bs * (1 + s / o), BENCH_MAX_TOKENS)
-    if bs < 256:
-        max_bs = max(64, _round_up(bs, 32))
-    elif bs < 1024:
-        max_bs = _round_up(bs, 128)
-    else:
-        max_bs = _round_up(bs, 256)
-    if tokens < 4096:
-        max_tok = max(2048, _round_up(tokens, 256))
-    elif tokens < 8192:
-        max_tok = _round_up(tokens, 512)
-    else:
-        max_tok = _round_up(tokens, 1024)
-    return max_bs, max_tok
+    return _round_up(bs, BENCH_BATCH_ROUNDING), _round_up(tokens, BENCH_TOKEN_ROUNDING)
 
 
 def offline_throughput(

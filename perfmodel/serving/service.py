@@ -294,6 +294,30 @@ def service_rate(
     )
 
 
+@dataclass(frozen=True)
+class EngineLimits:
+    """The engine's sizing knobs, as a command takes them: ``M``, ``B`` and the chunk size.
+
+    ``None`` leaves the choice to :func:`service_rate` (``M`` from the memory fit, the
+    chunk equal to ``B``). The capacity and simulation answers take one of these so that
+    both size the engine through the same call.
+    """
+
+    kv_capacity_tokens: int | None = None
+    max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS
+    chunk_size: int | None = None
+
+    def service_rate(self, inst: Instance, workload: Workload) -> ServiceRate:
+        """:func:`service_rate` of ``inst`` on ``workload`` under these limits."""
+        return service_rate(
+            inst,
+            workload,
+            kv_capacity_tokens=self.kv_capacity_tokens,
+            max_batched_tokens=self.max_batched_tokens,
+            chunk_size=self.chunk_size,
+        )
+
+
 def stability(service: ServiceRate, rate_per_s: float) -> Stability:
     """Stable iff ``λ < μ`` (and the largest request fits in the KV cache)."""
     check_rate(rate_per_s)

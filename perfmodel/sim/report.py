@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfmodel.serving.capacity import DEFAULT_LOAD
-from perfmodel.serving.service import ServiceRate, service_rate
+from perfmodel.serving.service import EngineLimits, ServiceRate
 from perfmodel.sim.simulate import SimResult, make_setup, simulate_engines, simulate_workload
 from perfmodel.step.instance import Instance
 from perfmodel.units import MS_PER_S
@@ -69,19 +69,11 @@ def simulate_instance(
     time_scale: float = 1.0,
     requests: int = 20000,
     seed: int = 0,
-    kv_capacity_tokens: int | None = None,
-    max_batched_tokens: int,
-    chunk_size: int | None = None,
+    limits: EngineLimits = EngineLimits(),
 ) -> SimulationReport:
     """Simulate ``requests`` requests at ``rate_per_s`` (default: ``DEFAULT_LOAD`` of μ),
     or, with a trace and no rate, replay the trace ``time_scale`` times faster."""
-    sr = service_rate(
-        inst,
-        workload,
-        kv_capacity_tokens=kv_capacity_tokens,
-        max_batched_tokens=max_batched_tokens,
-        chunk_size=chunk_size,
-    )
+    sr = limits.service_rate(inst, workload)
     setup = make_setup(
         inst,
         kv_capacity_tokens=sr.engine_kv_capacity_tokens,  # one virtual engine's share

@@ -221,25 +221,6 @@ def colocated_results(
     return out, rejected
 
 
-def evaluate_colocated(
-    model: ModelSpec,
-    workload: Workload,
-    slo: SLO,
-    devices: Sequence[Device],
-    *,
-    max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
-    tps: Sequence[int] = TP_CANDIDATES,
-    use_cache: bool = True,
-) -> tuple[list[Candidate], list[str]]:
-    """Colocated candidates of every device (feasible or not) and the rejected configs."""
-    jobs, rejected = colocated_jobs(
-        model, workload, slo, devices, max_batched_tokens=max_batched_tokens, tps=tps
-    )
-    values = run_jobs([j for _, j in jobs], enabled=use_cache)
-    out, more = colocated_results(jobs, values)
-    return out, rejected + more
-
-
 def pd_jobs(
     model: ModelSpec,
     workload: Workload,
