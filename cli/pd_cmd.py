@@ -289,7 +289,8 @@ def phase_cmd(
     from cli.validate import parse_list
     from hardware.device import load_device
     from perfmodel.model import load_model
-    from reports.pd_plot import length_sweep, phase_figure_html, slo_sweep
+    from reports.pd_figure import phase_figure_html
+    from reports.pd_plot import length_sweep, slo_sweep
 
     if out.exists() and not force:
         raise fail(f"{out} exists; pass --force to overwrite it")

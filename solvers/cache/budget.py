@@ -36,14 +36,11 @@ from perfmodel.cache.serving import (
     BudgetContext,
     CacheBudgetSpec,
     EngineEval,
-    SplitEval,
-    adapter_hit_ratio,
     budget_context,
-    combine,
     evaluate_engine,
-    evaluate_split,
     offloaded_experts,
 )
+from perfmodel.cache.split import SplitEval, adapter_hit_ratio, combine, evaluate_split
 from perfmodel.errors import InfeasibleError
 from perfmodel.sim.simulate import SimResult
 from perfmodel.units import MS_PER_S, GiB, MiB

@@ -61,7 +61,7 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
          "--out", str(out["stability"]))  # fmt: skip
     # `pd phase` takes minutes per grid on 2 cores; its figure is built from a hand-made
     # diagram with the same structure (the sweep itself is tested in tests/unit/test_pd_plan)
-    from reports.pd_plot import phase_figure_html
+    from reports.pd_figure import phase_figure_html
 
     out["pd"].write_text(phase_figure_html([_pd_diagram()]), encoding="utf-8")
     return out
@@ -115,7 +115,7 @@ def test_dispatch_phase_figure(pages: dict[str, Path]) -> None:
 
 
 def test_pd_phase_boundary_runs_along_cell_edges() -> None:
-    from reports.pd_plot import phase_figure
+    from reports.pd_figure import phase_figure
 
     fig = phase_figure([_pd_diagram()]).to_plotly_json()
     line = next(t for t in fig["data"] if t["type"] == "scatter")
