@@ -4,7 +4,8 @@
 
 Converts the three published tables (in memory, to a temporary CSV), predicts every row
 with the shipped engine files (each row's own engine: ``trtllm@0.5`` -> the 0.5-0.12
-file, ``trtllm@0.13``+ -> ``trtllm``, ``vllm``) and, unless ``--no-baseline``, with the
+file, ``trtllm@0.13``/``0.14`` -> ``trtllm-0.13``, ``trtllm@0.17``+ and the unversioned
+Argonne rows -> ``trtllm``, ``vllm``) and, unless ``--no-baseline``, with the
 engine-less model, and prints for every acceptance group: rows, median |error|, signed
 median and p90 (errors are ``predicted/measured − 1``; + = optimistic for a throughput,
 too slow for a latency). The shipped engines were fitted on these rows: the in-sample
@@ -31,6 +32,7 @@ from perfmodel.validate.summary import error_stats
 
 MOE = ("mixtral-8x7b", "mixtral-8x22b", "qwen3-235b-a22b", "llama-4-scout")
 Pred = Callable[[RowResult], bool]
+ENGINES = ("trtllm@0.5", "trtllm@0.13", "trtllm", "vllm")  # the calibrated engine files
 
 
 def _src(r: RowResult) -> str:
@@ -146,7 +148,7 @@ def main() -> int:
         for title, pred in groups():
             print(_line(title, [r for r in res if pred(r)]))
     print("\n== held-out error stored in the shipped engine files (provenance)")
-    for name in ("trtllm@0.5", "trtllm", "vllm"):
+    for name in ENGINES:
         e = load_engine(name)
         prov = e.provenance
         for k in ("fit", "leave_one_model_out", "leave_one_device_out"):
@@ -167,7 +169,7 @@ def main() -> int:
         ("leave_one_device_out_by_group", "leave-one-device-out (refitted without the device)"),
     ):
         print(f"\n== {what}, by acceptance group")
-        for name in ("trtllm@0.5", "trtllm", "vllm"):
+        for name in ENGINES:
             e = load_engine(name)
             for group, s in e.provenance.get(key, {}).items():
                 med, sig = s["median_abs_error_pct"], s["signed_median_error_pct"]

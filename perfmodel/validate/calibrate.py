@@ -254,6 +254,15 @@ def _held_out(
     return results, folds
 
 
+def held_out(
+    start: Engine, rows: Sequence[Measurement], *, by: str, max_evals: int, max_rows: int
+) -> list[RowResult]:
+    """Every row predicted by a fit from ``start`` without its ``by`` group (``"model"`` or
+    ``"device"``): the rows behind :func:`calibrate`'s held-out errors, to pool over files."""
+    rows = representable(start, rows)
+    return _held_out(start, rows, lambda m: str(getattr(m, by)), max_evals, max_rows)[0]
+
+
 def representable(start: Engine, rows: Sequence[Measurement]) -> list[Measurement]:
     return [m for m in rows if predict_row(m, engine=start).status == "ok"]
 
@@ -363,6 +372,7 @@ __all__ = [
     "engine_toml_table",
     "fit_engine",
     "free_params",
+    "held_out",
 ]
 
 

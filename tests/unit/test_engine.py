@@ -21,7 +21,10 @@ from perfmodel.step.time import HOST_OP, step_time
 def test_loader_picks_the_file_by_version() -> None:
     assert load_engine("trtllm@0.5").id == "trtllm-0.5"
     assert load_engine("trtllm@0.6.1").id == "trtllm-0.5"
-    assert load_engine("trtllm@0.13").id == "trtllm"
+    assert load_engine("trtllm@0.13").id == "trtllm-0.13"
+    assert load_engine("trtllm@0.14").id == "trtllm-0.13"
+    assert load_engine("trtllm@0.17").id == "trtllm"
+    assert load_engine("trtllm@1.0").id == "trtllm"
     assert load_engine("trtllm").id == "trtllm"  # the default file of the family
     assert load_engine(None).id == "vllm"  # the default engine
     assert load_engine("sglang").family == "sglang"
@@ -32,7 +35,7 @@ def test_loader_picks_the_file_by_version() -> None:
 
 
 def test_every_engine_file_states_sources() -> None:
-    for name in ("trtllm", "trtllm@0.5", "vllm", "sglang"):
+    for name in ("trtllm", "trtllm@0.13", "trtllm@0.5", "vllm", "sglang"):
         e = load_engine(name)
         assert e.sources, name
         assert e.path.endswith(".toml")
