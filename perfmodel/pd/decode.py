@@ -76,18 +76,20 @@ class DecodeProfile:
 
     @property
     def capacity_rate_per_s(self) -> float:
-        """Largest rate with a fixed point ``N̄ ≤ c``: ``max_{n ≤ c} n / (E[o − 1]·t(n))``
-        over decoding requests, per routed request (``÷ P(o ≥ 2)``).
+        """The stability limit per routed request: the largest rate at which
+        :meth:`batch_law` is stable (its mean below the slots), by bisection under the
+        Little's-law bound ``max_{n ≤ c} n / (E[o − 1]·t(n))`` (÷ ``P(o ≥ 2)``).
 
-        Not ``c / (E[o − 1]·t(c))``: a step time with jumps (tile padding) can make a
-        batch below the slots carry more requests per second than the full one.
+        The bound takes the best batch up to the slots, not the full one: a step time with
+        jumps (tile padding) can make a smaller batch carry more requests per second.
         """
         en = float(np.dot(self.step_weights, self.steps))
         n = np.append(
             self.batch_grid[(self.batch_grid > 0) & (self.batch_grid < self.slots)], self.slots
         )
         t = np.interp(n, self.batch_grid, self.step_s)
-        return float((n / (en * t)).max()) / self.multi_fraction
+        bound = float((n / (en * t)).max()) / self.multi_fraction
+        return max_rate(lambda r: self.batch_law(r) is not None, bound * (1 + 1e-9))
 
     def batch_law(self, rate_per_s: float, limit: float | None = None) -> Arr | None:
         """The stationary law of the residents ``N`` (index = ``N``); None when unstable.

@@ -397,10 +397,11 @@ def test_pd_gain_by_hand_at_loose_slo() -> None:
     assert o.value == pytest.approx(pd_per_gpu / mu, rel=0.03)
 
 
-def test_decode_goodput_never_exceeds_its_capacity() -> None:
-    """The capacity bracket is the largest Little's-law rate over every batch up to the
-    slots: a step time with a jump (tile padding) below the slots makes it larger than
-    ``c/(E[o−1]·t(c))``; the goodput (processor-sharing law of the residents) stays below it."""
+def test_decode_capacity_is_the_stability_limit_of_the_batch_law() -> None:
+    """The decode capacity is the largest rate whose processor-sharing law of residents is
+    stable (by hand: ``_ps_decode_rate``), below the Little's-law bound over every batch up
+    to the slots — which a step-time jump (tile padding) below the slots makes larger than
+    ``c/(E[o−1]·t(c))``; at a loose SLO the goodput is that capacity."""
     from perfmodel.pd.config import PhaseConfig, kv_link
     from perfmodel.pd.decode import decode_goodput, decode_profile
     from perfmodel.workload.lengths import LengthDistribution
@@ -410,10 +411,17 @@ def test_decode_goodput_never_exceeds_its_capacity() -> None:
     lengths = LengthDistribution("fixed", np.array([1024]), np.array([128]), np.array([1.0]))
     pc, dc = (PhaseConfig(ph, h100, ParallelPlan(tp=1)) for ph in ("prefill", "decode"))
     prof = decode_profile(M8, dc, lengths, link=kv_link(pc, dc))
-    g = decode_goodput(prof, SLO(ttft_s=1e3, tpot_s=1e3))
     at_slots = prof.slots / (127 * prof.step_at(prof.slots))
-    assert prof.capacity_rate_per_s > at_slots * 1.01
-    assert g.rate_per_s <= prof.capacity_rate_per_s
+    n = prof.batch_grid[(prof.batch_grid > 0) & (prof.batch_grid <= prof.slots)]
+    bound = float((n / (127 * np.interp(n, prof.batch_grid, prof.step_s))).max())
+    assert bound > at_slots * 1.01
+    inst = Instance(M8, h100, ParallelPlan(tp=1))
+    cap = prof.capacity_rate_per_s
+    assert cap == pytest.approx(_ps_decode_rate(inst, prof.slots, 127, 1024 + 63), rel=5e-3)
+    assert cap < bound
+    g = decode_goodput(prof, SLO(ttft_s=1e3, tpot_s=1e3))
+    assert g.capacity_rate_per_s == cap
+    assert g.rate_per_s <= cap and g.rate_per_s == pytest.approx(cap, rel=2e-3)
 
 
 def test_dispatch_regime_comm_share_scales_with_the_link_by_hand(tmp_path: Path) -> None:
