@@ -5,7 +5,8 @@ prefill pairs ``P``, decode pairs ``Q`` (context + one per decode), KV tokens re
 
 * every operator except attention and the LM head depends on ``T`` only -> a table
   ``token_s[T]`` for ``T = 0 … T_max`` (exact at integers, tile padding included);
-* the LM head (and its logits gather) depends on ``R`` only -> ``rows_s[R]``;
+* the LM head (and its logits gather) and the engine's host time (fixed + per request,
+  one request per logit row) depend on ``R`` only -> ``rows_s[R]``;
 * attention is one roofline op: ``max(a·P + b·Q, c·K + d·T) + overhead``, its
   coefficients read from ``step_time`` on unit batches.
 
@@ -25,11 +26,13 @@ from numpy.typing import NDArray
 
 from perfmodel.step.batch import Batch
 from perfmodel.step.instance import Instance, OnInstance
-from perfmodel.step.time import StepTime
+from perfmodel.step.time import HOST_OP, StepTime
 
 Arr = NDArray[np.float64]
 _ATTN = "attention"
-_ROW_OPS = ("lm_head", "logits_gather")
+#: ops that depend on the logit rows R only: the LM head, and the engine's host time
+#: (fixed + per request; one request per row: ``Batch.logit_rows`` counts the sequences)
+_ROW_OPS = ("lm_head", "logits_gather", HOST_OP)
 _CHECK_TOL = 1e-6
 
 
@@ -51,6 +54,7 @@ class StepTable(OnInstance):
     attn_decode_pair_s: float
     attn_kv_token_s: float
     attn_token_s: float
+    attn_decode_kv_extra_s: float  # per decode-context token beyond a prefill KV token
     attn_overhead_s: float
     exact: bool
     max_rel_error: float
@@ -87,6 +91,7 @@ class StepTable(OnInstance):
             return float(self.instance.iteration_s(b))
         c = self.attn_prefill_pair_s * prefill_pairs + self.attn_decode_pair_s * decode_pairs
         m = self.attn_kv_token_s * kv_read_tokens + self.attn_token_s * tokens
+        m += self.attn_decode_kv_extra_s * (decode_pairs - decode_seqs)
         return float(self.token_s[tokens] + self.rows_s[rows]) + max(c, m) + self.attn_overhead_s
 
     def iteration_fn(self) -> Callable[[int, int, float, float, float, int, int, int], float]:
@@ -104,15 +109,17 @@ class StepTable(OnInstance):
         token_s, rows_s = self.token_s.tolist(), self.rows_s.tolist()
         a_pp, a_dp = float(self.attn_prefill_pair_s), float(self.attn_decode_pair_s)
         a_kv, a_tok = float(self.attn_kv_token_s), float(self.attn_token_s)
+        a_dx = float(self.attn_decode_kv_extra_s)
         over = float(self.attn_overhead_s)
 
         def time_s(
-            tokens: int, rows: int, pp: float, dp: float, kv: float, _pt: int, _ps: int, _ds: int
+            tokens: int, rows: int, pp: float, dp: float, kv: float, _pt: int, _ps: int, ds: int
         ) -> float:
             if tokens <= 0:
                 return 0.0
             c = a_pp * pp + a_dp * dp
             m = a_kv * kv + a_tok * tokens
+            m += a_dx * (dp - ds)
             return token_s[tokens] + rows_s[rows] + max(c, m) + over
 
         return time_s
@@ -129,8 +136,8 @@ class StepTable(OnInstance):
         base = float(self.token_s[seqs] + self.rows_s[seqs])
         zero = self.attn_prefill_pair_s * 0.0
         a_dp, a_kv, tok = self.attn_decode_pair_s, self.attn_kv_token_s, self.attn_token_s * seqs
-        over = self.attn_overhead_s
-        return lambda x: base + max(zero + a_dp * (x + seqs), a_kv * x + tok) + over
+        a_dx, over = self.attn_decode_kv_extra_s, self.attn_overhead_s
+        return lambda x: base + max(zero + a_dp * (x + seqs), a_kv * x + tok + a_dx * x) + over
 
     def decode_run_s(self, seqs: int, context_tokens: int, steps: int) -> Arr:
         """Times of ``steps`` consecutive decode-only iterations of ``seqs`` requests.
@@ -151,6 +158,7 @@ class StepTable(OnInstance):
             return np.zeros(steps)
         c = self.attn_prefill_pair_s * 0.0 + self.attn_decode_pair_s * (x + seqs)
         m = self.attn_kv_token_s * x + self.attn_token_s * seqs
+        m += self.attn_decode_kv_extra_s * x
         base = float(self.token_s[seqs] + self.rows_s[seqs])
         return base + np.maximum(c, m) + self.attn_overhead_s
 
@@ -161,6 +169,7 @@ class StepTable(OnInstance):
         q = b.decode_context + b.decode_seqs
         c = self.attn_prefill_pair_s * b.prefill_pairs + self.attn_decode_pair_s * q
         m = self.attn_kv_token_s * b.kv_read_tokens + self.attn_token_s * b.tokens
+        m = m + self.attn_decode_kv_extra_s * b.decode_context
         t = self.token_s[T] + self.rows_s[R] + np.maximum(c, m) + self.attn_overhead_s
         return np.where(T > 0, t, 0.0)
 
@@ -189,6 +198,9 @@ def build_step_table(
     # one decode seq with zero context: 1 pair, 1 token (for T), 0 KV read
     c_dp, m_tok, tot = attn(Batch(zero, zero, zero, zero, one, zero))
     _, m_kv_plus, _ = attn(Batch(zero, zero, zero, one, zero, zero))
+    # a decode-context token may cost more than a prefill one (an engine's K/V re-reads
+    # across grouped query heads, software dequantization): the difference, 0 without one
+    _, m_kv_dec, _ = attn(Batch(zero, zero, zero, zero, zero, one))
     overhead = tot - max(c_dp, m_tok)
     table = StepTable(
         instance=inst,
@@ -199,6 +211,7 @@ def build_step_table(
         attn_decode_pair_s=c_dp,
         attn_kv_token_s=m_kv_plus,
         attn_token_s=m_tok,
+        attn_decode_kv_extra_s=m_kv_dec - m_kv_plus,
         attn_overhead_s=overhead,
         exact=True,
         max_rel_error=0.0,
