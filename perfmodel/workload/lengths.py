@@ -145,9 +145,8 @@ class TruncLogNormal:
 
     def atoms(self, n: int = PARAMETRIC_ATOMS) -> IntArr:
         """Token counts at the ``n`` mid-quantiles of the truncated law."""
-        # standard normal CDF and its inverse (scipy.special: light to import, unlike
-        # scipy.stats, which costs ~0.7 s of CLI start-up)
-        from scipy.special import ndtr, ndtri
+        # the standard normal CDF and its inverse, without scipy (perfmodel.special)
+        from perfmodel.special import ndtr, ndtri
 
         a, b = (ndtr((math.log(v) - self.mu) / self.sigma) for v in (self.lo, self.hi))
         u = a + (b - a) * (np.arange(n) + 0.5) / n
