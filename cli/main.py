@@ -8,6 +8,7 @@ signature when it builds an app: ~60 ms of start-up for the 16 of them), while
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 from collections.abc import Sequence
@@ -21,8 +22,6 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import typer
 from typer import _click as click
 from typer.core import Abort, TyperGroup
-
-import importlib
 
 _TYPE_WORDS = {
     "int_parsing": "is not an integer",

@@ -78,17 +78,18 @@ def stationary(arrivals: Arr) -> Arr:
 
 
 def _dense_system(clean: Arr, G: int, n: int) -> Arr:
-    """``M[j, i − 1] = T[i, j] − [i = j]`` for ``j ≤ n − 2``, ``1 ≤ i ≤ n − 1``."""
+    """``M[j, i − 1] = T[i, j] − [i = j]`` for ``j ≤ n − 2``, ``1 ≤ i ≤ n − 1``, returned as
+    the transpose of a C-ordered ``t[i − 1, j]`` (the Fortran order LAPACK reads)."""
     t = np.zeros((n - 1, n - 1))  # t[i − 1, j] = T[i, j]
     g = min(G, n - 1)
     t[:g] = clean[1 : g + 1]
-    if n - 1 > G:  # rows i > G: A_G shifted by i − G, T[i, j] = A_G[j − i + G]
-        shift = np.arange(n - 1)[None, :] - np.arange(G + 1, n)[:, None] + G
-        t[G:] = np.where(shift >= 0, clean[G][np.maximum(shift, 0)], 0.0)
-    m = t.T.copy()
+    if n - 1 > G:  # rows i > G: A_G shifted by i − G, T[i, j] = A_G[j − (i − G)]
+        padded = np.concatenate([np.zeros(n - 1 - G), clean[G]])
+        windows = np.lib.stride_tricks.sliding_window_view(padded, n - 1)
+        t[G:] = windows[: n - 1 - G][::-1]  # row i starts at padded[n − 1 − i]
     j = np.arange(1, n - 1)
-    m[j, j - 1] -= 1.0  # the diagonal −π_j
-    return m
+    t[j - 1, j] -= 1.0  # the diagonal −π_j
+    return t.T
 
 
 def _band_system(clean: Arr, G: int, n: int, w: int) -> Arr:
