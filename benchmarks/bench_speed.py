@@ -3,7 +3,8 @@
     PYTHONPATH=. python benchmarks/bench_speed.py [--only SECTION ...] [--repeats N]
         [--aiconfigurator BIN]
 
-Sections: ``startup`` (``--help``, ``hardware list``, ``capacity``: wall, median of N),
+Sections: ``startup`` (``--help``, ``hardware list``, ``capacity``: wall and CPU, best and
+median of N, the ``-X importtime`` total; the capacity job's compute after its imports),
 ``pd`` (the three PD questions of the issue: wall and CPU of the whole process, median;
 with ``--aiconfigurator BIN`` the same questions asked of aiconfigurator 0.12.0's
 ``cli default``), ``gemm`` (``predict gemm`` on 10⁶ shapes: wall and peak RSS),
@@ -78,16 +79,56 @@ def medians(cmd: list[str], repeats: int) -> tuple[float, float, int]:
     )
 
 
+def import_seconds(args: list[str]) -> float:
+    """Sum of the self times ``python -X importtime`` reports for ``perfmodel ARGS``: the
+    import cost, less sensitive to a shared machine's load than the wall time."""
+    cmd = [sys.executable, "-X", "importtime", "-m", "cli.main", *args]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
+    rows = [ln.split("|") for ln in r.stderr.splitlines() if ln.startswith("import time:")]
+    return sum(int(c[0].split(":")[1]) for c in rows if c[0].split(":")[1].strip().isdigit()) / 1e6
+
+
+#: the capacity job's work after its imports, timed inside one process (CPU and wall)
+_COMPUTE = """
+import io, os, sys, time, contextlib
+import cli.main, cli.options, perfmodel.serving.capacity, typer._adapters
+t, c = time.perf_counter(), time.process_time()
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        cli.main.build_app(["capacity"])(["capacity"])
+    except SystemExit:
+        pass
+print(time.perf_counter() - t, time.process_time() - c)
+"""
+
+
 def startup(repeats: int) -> None:
-    print("\n== start-up (wall, median of", repeats, "runs)")
+    print(f"\n== start-up ({repeats} runs: best / median; CPU = user + system)")
     for label, args, target in (
         ("perfmodel --help", ["--help"], 0.25),
         ("perfmodel hardware list", ["hardware", "list"], None),
         ("perfmodel capacity (README main job)", ["capacity"], 0.5),
     ):
-        wall, cpu, rc = medians(cli(*args), repeats)
-        goal = f"  (target <= {target} s on an idle machine)" if target else ""
-        print(f"{label:40s} {wall:6.2f} s wall, {cpu:5.2f} s CPU, exit {rc}{goal}")
+        runs = [timed(cli(*args)) for _ in range(repeats)]
+        walls, cpus = [r[0] for r in runs], [r[1] for r in runs]
+        rc = max(r[2] for r in runs)
+        goal = f"  (target <= {target} s wall on an idle machine)" if target else ""
+        print(
+            f"{label:38s} wall {min(walls):5.2f} / {statistics.median(walls):5.2f} s, "
+            f"CPU {min(cpus):5.2f} / {statistics.median(cpus):5.2f} s, "
+            f"imports {import_seconds(args):5.2f} s, exit {rc}{goal}"
+        )
+    out = [
+        subprocess.run(
+            [sys.executable, "-c", _COMPUTE], cwd=REPO, capture_output=True, text=True
+        ).stdout.split()
+        for _ in range(repeats)
+    ]
+    wall = min(float(o[0]) for o in out if o)
+    cpu = min(float(o[1]) for o in out if o)
+    print(
+        f"{'capacity compute (after its imports)':38s} wall {wall:5.2f} s, CPU {cpu:5.2f} s (best)"
+    )
 
 
 def pd(repeats: int, aic: str | None, tmp: Path) -> None:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from perfmodel.datafile import read_data_file
+from perfmodel.datafile import read_data_file, read_toml_header
 from perfmodel.dtypes import DTYPE_NAMES, get_dtype
 from perfmodel.errors import SpecError
 
@@ -370,7 +370,7 @@ def engine_files() -> list[Path]:
 
 
 def engine_ids() -> list[str]:
-    return sorted({read_data_file(p, what="engine")["family"] for p in engine_files()})
+    return sorted({read_toml_header(p, what="engine")["family"] for p in engine_files()})
 
 
 def load_engine(spec: str | Path | None = None) -> Engine:
@@ -383,7 +383,7 @@ def load_engine(spec: str | Path | None = None) -> Engine:
     if _is_path(str(spec)):
         return engine_from_dict(read_data_file(Path(spec), what="engine"), path=str(spec))
     fam, _, version = str(spec).strip().lower().partition("@")
-    cands = [(f, read_data_file(f, what="engine")) for f in engine_files()]
+    cands = [(f, read_toml_header(f, what="engine")) for f in engine_files()]
     cands = [(f, d) for f, d in cands if d.get("family") == fam]
     if not cands:
         raise SpecError(
@@ -396,5 +396,5 @@ def load_engine(spec: str | Path | None = None) -> Engine:
             raise SpecError(f"no {fam} engine file covers version {version}; ranges: {ranges}")
     else:
         hit = [(f, d) for f, d in cands if d.get("default")] or cands
-    f, d = hit[0]
-    return engine_from_dict(d, path=str(f))
+    f = hit[0][0]
+    return engine_from_dict(read_data_file(f, what="engine"), path=str(f))

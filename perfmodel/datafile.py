@@ -197,6 +197,22 @@ def read_data_file(path: str | Path, *, what: str, max_bytes: int = 64 * MiB) ->
     return parse_data_text(text, where=str(p), is_json=p.suffix.lower() == ".json")
 
 
+def read_toml_header(path: str | Path, *, what: str) -> dict[str, Any]:
+    """The keys a TOML file sets before its first table header (``[name]`` line): its
+    root table's own scalars and arrays, without parsing the tables below (a catalog
+    lookup that needs only an identity field of each file). Falls back to the whole file
+    when that prefix does not parse alone (a multi-line array with a line opening ``[``);
+    either way every value is one the whole file has."""
+    p = Path(path)
+    text = read_text(p, what=what)
+    lines = text.splitlines(keepends=True)
+    cut = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("[")), len(lines))
+    try:
+        return parse_data_text("".join(lines[:cut]), where=str(p), is_json=False)
+    except SpecError:
+        return parse_data_text(text, where=str(p), is_json=False)
+
+
 # ---- CSV -------------------------------------------------------------------------------
 
 

@@ -6,8 +6,8 @@ Built on :mod:`perfmodel.serving.service` (service rate, stability, latency at a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from functools import partial
+from dataclasses import dataclass, field
+from functools import cached_property, partial
 
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.serving.latency import LatencyEstimate
@@ -20,28 +20,35 @@ from perfmodel.workload.slo import SLO
 
 @dataclass(frozen=True)
 class Attainment:
-    """SLO check at one rate."""
+    """SLO check at one rate (the percentiles are computed when first read: a goodput
+    search needs only the attainment at most of the rates it tries)."""
 
     rate_per_s: float
     attainment: float  # P(TTFT ≤ target)·P(TPOT ≤ target) (independence approximation)
-    ttft_quantile_s: float  # at slo.percentile
-    tpot_quantile_s: float
-    meets_percentiles: bool
     meets_goal: bool
+    estimate: LatencyEstimate = field(repr=False, compare=False)
+    slo: SLO = field(repr=False, compare=False)
+
+    @cached_property
+    def ttft_quantile_s(self) -> float:
+        """TTFT at ``slo.percentile``."""
+        return self.estimate.ttft_quantile_s(self.slo.percentile)
+
+    @cached_property
+    def tpot_quantile_s(self) -> float:
+        """TPOT at ``slo.percentile``."""
+        return self.estimate.tpot_quantile_s(self.slo.percentile)
+
+    @property
+    def meets_percentiles(self) -> bool:
+        return self.ttft_quantile_s <= self.slo.ttft_s and self.tpot_quantile_s <= self.slo.tpot_s
 
 
 def slo_attainment(est: LatencyEstimate, slo: SLO) -> Attainment:
     """Fraction of requests meeting both targets, and the percentile check."""
     a = est.ttft_cdf(slo.ttft_s) * est.tpot_cdf(slo.tpot_s) if est.stable else 0.0
-    tq = est.ttft_quantile_s(slo.percentile)
-    pq = est.tpot_quantile_s(slo.percentile)
     return Attainment(
-        rate_per_s=est.rate_per_s,
-        attainment=a,
-        ttft_quantile_s=tq,
-        tpot_quantile_s=pq,
-        meets_percentiles=tq <= slo.ttft_s and pq <= slo.tpot_s,
-        meets_goal=a >= slo.goal,
+        rate_per_s=est.rate_per_s, attainment=a, meets_goal=a >= slo.goal, estimate=est, slo=slo
     )
 
 

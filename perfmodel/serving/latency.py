@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import NDArray
@@ -94,6 +95,7 @@ class _LengthAtoms:
     decode_weights: Arr
     prompt_tokens: Arr  # ≤ PROMPT_BINS prompt atoms
     prompt_weights: Arr
+    ctx_sq_tokens2: float  # E[Σ_{j≤o−1} (s + j − 1)²]: for the decode-batch noise
 
 
 _ATOMS: dict[int, tuple[LengthDistribution, _LengthAtoms]] = {}
@@ -109,7 +111,9 @@ def _length_atoms(lengths: LengthDistribution) -> _LengthAtoms:
     prompts = prompt_law(lengths)
     n_all, w_all = compress_atoms(lengths.output_tokens - 1, lengths.weights, PROMPT_BINS * 2)
     s_vals, s_w = compress_atoms(prompts.tokens, prompts.weights, PROMPT_BINS)
-    atoms = _LengthAtoms(prompts, n_all, w_all, s_vals, s_w)
+    n_steps = np.maximum(lengths.output_tokens - 1, 0)
+    ctx_sq = float(lengths.weights @ sum_ctx_sq(lengths.input_tokens, n_steps))
+    atoms = _LengthAtoms(prompts, n_all, w_all, s_vals, s_w, ctx_sq)
     if len(_ATOMS) >= _ATOMS_KEPT:
         _ATOMS.pop(next(iter(_ATOMS)))
     _ATOMS[id(lengths)] = (lengths, atoms)
@@ -129,19 +133,39 @@ class LatencyEstimate:
     prefill_wait_s: float  # TTFT beyond the lone prefill D(s), except the KV wait
     memory_wait_s: float
     ttft_mean_s: float
-    ttft_p50_s: float
-    ttft_p90_s: float
-    ttft_p99_s: float
     tpot_mean_s: float
-    tpot_p50_s: float
-    tpot_p90_s: float
-    tpot_p99_s: float
     e2e_mean_s: float
     _ttft: Mixture
     _tpot: Mixture
     prefill_iteration_fraction: float = 1.0  # iterations carrying prompt tokens: 1 − π(0)
     full_iteration_fraction: float = 1.0  # iterations whose prompt tokens fill B − n_d
     first_decode_step_s: float = math.inf  # E[τ₊] of a request's first decode iteration
+
+    # The percentiles are computed when first read: a goodput search reads only the CDFs
+    # at the SLO targets of most of the rates it tries.
+    @cached_property
+    def ttft_p50_s(self) -> float:
+        return self.ttft_quantile_s(0.5)
+
+    @cached_property
+    def ttft_p90_s(self) -> float:
+        return self.ttft_quantile_s(0.9)
+
+    @cached_property
+    def ttft_p99_s(self) -> float:
+        return self.ttft_quantile_s(0.99)
+
+    @cached_property
+    def tpot_p50_s(self) -> float:
+        return self.tpot_quantile_s(0.5)
+
+    @cached_property
+    def tpot_p90_s(self) -> float:
+        return self.tpot_quantile_s(0.9)
+
+    @cached_property
+    def tpot_p99_s(self) -> float:
+        return self.tpot_quantile_s(0.99)
 
     def ttft_quantile_s(self, q: float) -> float:
         return self._ttft.quantile(q)
@@ -233,7 +257,7 @@ def estimate_latency(
     cov = step_autocovariance(chain, tau_plus)
     n_pos = np.maximum(n_all, 1.0)
     var_n = sum_variance(cov, n_pos) + start_dispersion(chain, tag.start_law, tau_plus, n_pos)
-    var_n = var_n + n_pos**2 * _batch_noise(inst, lengths, m, lam, op.decoders, n_pos, w_all)
+    var_n = var_n + n_pos**2 * _batch_noise(inst, atoms, m, lam, op.decoders, n_pos, w_all)
     tpot, p_multi, e2e_decode_s = tpot_mixture(op.tpot_s, n_all, w_all, tau_plus, var_n)
     ttft_mean = ttft.mean()
     return LatencyEstimate(
@@ -246,13 +270,7 @@ def estimate_latency(
         prefill_wait_s=residual + others,
         memory_wait_s=w_m,
         ttft_mean_s=ttft_mean,
-        ttft_p50_s=ttft.quantile(0.5),
-        ttft_p90_s=ttft.quantile(0.9),
-        ttft_p99_s=ttft.quantile(0.99),
         tpot_mean_s=tpot.mean(),
-        tpot_p50_s=tpot.quantile(0.5),
-        tpot_p90_s=tpot.quantile(0.9),
-        tpot_p99_s=tpot.quantile(0.99),
         e2e_mean_s=ttft_mean + p_multi * e2e_decode_s,
         _ttft=ttft,
         _tpot=tpot,
@@ -264,7 +282,7 @@ def estimate_latency(
 
 def _batch_noise(
     inst: Instance,
-    lengths: LengthDistribution,
+    atoms: _LengthAtoms,
     m: RequestMoments,
     lam: float,
     decoders: float,
@@ -288,10 +306,7 @@ def _batch_noise(
     pts = Batch(z3, z3, z3, z3, np.array([n_bar, n_bar + 1, n_bar]), np.array([k0, k0, k0 + ctx]))
     t3 = np.asarray(inst.iteration_s(pts))
     dn, dk = float(t3[1] - t3[0]), float(t3[2] - t3[0]) / max(ctx, 1e-12)
-    n_steps = np.maximum(lengths.output_tokens - 1, 0)
-    ctx2 = float(lengths.weights @ sum_ctx_sq(lengths.input_tokens, n_steps)) / max(
-        m.decode_steps, 1e-12
-    )
+    ctx2 = atoms.ctx_sq_tokens2 / max(m.decode_steps, 1e-12)
     var_coef = dn * dn + 2 * dn * dk * ctx + dk * dk * ctx2
     rho_b = min(lam * m.decode_steps * (dn + dk * ctx), 0.95)
     var_pop = decoders / (1.0 - max(rho_b, 0.0))
@@ -302,24 +317,4 @@ def _unbounded(lam: float) -> LatencyEstimate:
     inf = math.inf
     z = np.zeros(1)
     mix = Mixture(z + 1, z, z, z + 1, z, unbounded=True)
-    return LatencyEstimate(
-        lam,
-        False,
-        inf,
-        inf,
-        inf,
-        inf,
-        inf,
-        inf,
-        inf,
-        inf,
-        inf,
-        inf,
-        inf,
-        inf,
-        inf,
-        inf,
-        inf,
-        mix,
-        mix,
-    )
+    return LatencyEstimate(lam, False, inf, inf, inf, inf, inf, inf, inf, inf, inf, mix, mix)

@@ -11,11 +11,30 @@ from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import gammainc
 
 from perfmodel.serving.prefill_chain import BacklogChain
+from perfmodel.special import gammainc
 
 Arr = NDArray[np.float64]
+
+
+_TREE_DEPTH = 3  # halvings per vectorized CDF evaluation in Mixture.quantile (3: fastest)
+
+
+def _bisection_tree(lo: float, hi: float, depth: int) -> list[float]:
+    """Midpoints a bisection of ``[lo, hi]`` may visit in ``depth`` halvings, in heap order
+    (node ``i``: left child ``2i + 1`` below its midpoint, right child ``2i + 2`` above),
+    each computed as the bisection computes it, ``0.5·(lo + hi)``."""
+    out: list[float] = []
+    level = [(lo, hi)]
+    for _ in range(depth):
+        nxt = []
+        for a, b in level:
+            m = 0.5 * (a + b)
+            out.append(m)
+            nxt += [(a, m), (m, b)]
+        level = nxt
+    return out
 
 
 @dataclass(frozen=True)
@@ -36,7 +55,12 @@ class Mixture:
     def cdf(self, x: float) -> float:
         if self.unbounded:
             return 0.0
-        y = x - self.base
+        return float(self._cdf_rows(np.array([x]))[0])
+
+    def _cdf_rows(self, xs: Arr) -> list[float]:
+        """The CDF at each of ``xs`` (one vectorized evaluation; each value is the one
+        :meth:`cdf` returns, to the bit: the same element-wise terms and dot product)."""
+        y = xs[:, None] - self.base
         # Gamma(shape, scale) CDF = regularized lower incomplete gamma P(shape, y/scale)
         inner = np.where(
             self.scale > 0,
@@ -44,20 +68,29 @@ class Mixture:
             1.0,
         )
         f = np.where(y < 0, 0.0, (1 - self.p) + self.p * inner)
-        return float(np.dot(self.weights, f))
+        return [float(np.dot(self.weights, row)) for row in f]
 
     def quantile(self, q: float) -> float:
+        """Smallest ``x`` with ``cdf(x) ≥ q``: ~40 halvings of a bracket, taken
+        :data:`_TREE_DEPTH` at a time — the CDF at every midpoint those halvings may visit
+        in one vectorized call, then the path down the tree — the same midpoints and
+        answer as one halving per CDF evaluation, in a third of the calls."""
         if self.unbounded:
             return math.inf
         lo = float(self.base.min())
         hi = float(self.base.max() + 50 * max(float((self.shape * self.scale).max()), 1e-9))
-        while hi - lo > 1e-9 * max(hi, 1e-9):  # ~40 halvings
-            mid = 0.5 * (lo + hi)
-            if self.cdf(mid) < q:
-                lo = mid
-            else:
-                hi = mid
-        return hi
+        while True:
+            tree = _bisection_tree(lo, hi, _TREE_DEPTH)
+            below = self._cdf_rows(np.asarray(tree))
+            node = 0
+            for _ in range(_TREE_DEPTH):
+                if not hi - lo > 1e-9 * max(hi, 1e-9):  # ~40 halvings in all
+                    return hi
+                mid = tree[node]
+                if below[node] < q:
+                    lo, node = mid, 2 * node + 2
+                else:
+                    hi, node = mid, 2 * node + 1
 
     def mean(self) -> float:
         if self.unbounded:

@@ -1,7 +1,8 @@
-"""Poisson quantiles and probabilities from ``scipy.special`` (one place for both).
+"""Poisson quantiles and probabilities (one place for both).
 
-Same values as ``scipy.stats.poisson.ppf`` / ``.pmf``, without importing ``scipy.stats``
-(~0.7 s of CLI start-up). Used by the iteration-time mixtures of the queueing layer.
+Same values as ``scipy.stats.poisson.ppf`` / ``.pmf`` (``tests/unit/test_poisson.py``),
+from :mod:`perfmodel.special`: no scipy import on the CLI's start-up path. Used by the
+iteration-time mixtures of the queueing layer.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ import math
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.special import gammaln, pdtr, xlogy
+
+from perfmodel import special
 
 
 def poisson_ppf(q: ArrayLike, rate: float) -> NDArray[np.int64]:
@@ -19,7 +21,7 @@ def poisson_ppf(q: ArrayLike, rate: float) -> NDArray[np.int64]:
     if rate <= 0:
         return np.zeros(qa.shape, dtype=np.int64)
     hi = int(rate + 12.0 * math.sqrt(rate) + 40.0)
-    cdf = pdtr(np.arange(hi + 1), rate)
+    cdf = special.poisson_cdf(hi, rate)
     return np.searchsorted(cdf, qa, side="left").astype(np.int64)
 
 
@@ -28,4 +30,4 @@ def poisson_pmf(k: ArrayLike, rate: float) -> NDArray[np.float64]:
     ka = np.asarray(k, dtype=np.float64)
     if rate <= 0:
         return (ka == 0).astype(np.float64)
-    return np.asarray(np.exp(xlogy(ka, rate) - rate - gammaln(ka + 1.0)), dtype=np.float64)
+    return special.poisson_pmf(ka, rate)

@@ -63,9 +63,9 @@ from __future__ import annotations
 
 import numpy as np
 from numpy.typing import ArrayLike
-from scipy.special import gammainc
 
 from perfmodel.errors import SpecError
+from perfmodel.special import gammainc
 
 
 def recompute_tokens_per_request(

@@ -34,7 +34,7 @@ decode iteration has mean ``ξ·T^{j−1}·τ₊`` (``ξ`` that law, ``T`` the t
 right behind the prompts that queued up during their own wait — the iterations a
 decoding request sees carry prefill more often than the average iteration.
 
-Numerics: ``π`` from a banded linear solve (:func:`_stationary`); ``G = 32`` points per
+Numerics: ``π`` from one linear solve (:mod:`perfmodel.serving.stationary`); ``G = 32`` points per
 budget (64 moves the latency means by < 0.5 %), halved when the backlog spans more than
 ``COARSE_LEVELS`` budgets; the decode profile is followed for ``PROFILE_STEPS``
 iterations and then extrapolated geometrically; for ``m ≥ 2`` the arrivals after the
@@ -52,14 +52,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import cache
-from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
-from scipy.linalg import solve_banded
 
 from perfmodel.serving.servemix import RequestMoments
+from perfmodel.serving.stationary import stationary
 from perfmodel.step.batch import Batch
 from perfmodel.step.instance import Instance
 from perfmodel.workload.lengths import LengthDistribution
@@ -77,9 +75,6 @@ TAIL_MASS = 1e-7  # stationary mass allowed in the top budget of the grid
 
 
 V_NODES = 4  # Gauss–Legendre nodes for the arrival position (8 moves the means < 0.1 %)
-
-
-_TINY = 1e-15  # arrival probabilities below this are dropped from the banded solve
 
 
 PROFILE_STEPS = 150  # decode iterations followed exactly (then a geometric tail)
@@ -246,52 +241,6 @@ def prefill_step_s(
     return np.asarray(inst.iteration_s(batch), dtype=np.float64)
 
 
-@cache
-def _blas_controller() -> Any:
-    """The process's BLAS/OpenMP thread pools (scanned once: the scan costs milliseconds)."""
-    from threadpoolctl import ThreadpoolController
-
-    return ThreadpoolController()
-
-
-def _stationary(arrivals: Arr) -> Arr:
-    """``π`` with ``π·T = π``: a banded linear solve (LAPACK ``gbsv``).
-
-    Fix ``π₀ = 1`` and drop the balance equation of the top state (the rank of
-    ``T − I`` is ``n − 1``): what is left only involves ``T[i, j]`` with
-    ``i − G ≤ j ≤ i + w`` (a full iteration serves ``G`` grid steps; ``w`` is the reach of
-    one iteration's arrivals, pmf entries below ``1e-15`` dropped), a band of ``G + w``
-    diagonals — ``O(n·w·(G + w))`` work whatever the load, on one BLAS thread.
-    """
-    G = arrivals.shape[0] - 1
-    n = arrivals.shape[1]
-    body = arrivals[:, : n - 1]  # column n − 1 (the lumped top) is not needed
-    reach_a = int(np.nonzero(body[G] > _TINY)[0].max(initial=0))
-    nz = body > _TINY
-    last = np.where(nz.any(axis=1), n - 2 - np.argmax(nz[:, ::-1], axis=1), 0)
-    w = max(int((last - np.arange(G + 1)).max()), reach_a - G, 0)
-    lo, up = w + 1, G - 1  # sub- and super-diagonals of M[j, i − 1] = T[i, j] − [i = j]
-    ab = np.zeros((lo + up + 1, n - 1))
-    clean = np.where(body > _TINY, body, 0.0)
-    for i in range(1, min(G, n - 1) + 1):  # rows i ≤ G: A_i from j = 0
-        j1 = min(i + w + 1, n - 1)
-        ab[up + np.arange(j1) - (i - 1), i - 1] = clean[i, :j1]
-    # rows i > G: A_G shifted by i − G, i.e. the same diagonals ab[up − G + 1 + t] = a[t]
-    t = np.arange(min(w + G + 1, n - 1))
-    cols = np.arange(G, n - 1)  # c = i − 1
-    keep = (cols[None, :] - G + 1 + t[:, None]) <= n - 2  # j = i − G + t within the system
-    ab[up - G + 1 + t[:, None], cols[None, :]] = np.where(keep, clean[G, t][:, None], 0.0)
-    ab[up + 1, : n - 2] -= 1.0  # the diagonal −π_j: M[j, j − 1] for j = 1 … n − 2
-    rhs = -np.where(body[0] > _TINY, body[0], 0.0)
-    rhs[0] += 1.0
-    # one BLAS thread: a band this small is latency-bound, and OpenBLAS's threads spin
-    # (10x the CPU time, seconds of wall time on a shared machine)
-    with _blas_controller().limit(limits=1, user_api="blas"):
-        x = solve_banded((lo, up), ab, rhs, check_finite=False)
-    pi = np.maximum(np.concatenate([[1.0], x]), 0.0)
-    return pi / pi.sum()
-
-
 def backlog_chain(
     inst: Instance,
     prompts: PromptLaw,
@@ -372,7 +321,7 @@ def solve_chain(
     while True:
         n = levels * G + 1
         arrivals = compound_poisson(lam * tau, f, n)
-        pi = _stationary(arrivals)
+        pi = stationary(arrivals)
         if pi[n - G :].sum() < TAIL_MASS or levels >= MAX_LEVELS:
             break
         levels = min(2 * levels, MAX_LEVELS)

@@ -21,6 +21,22 @@ def _lump(z: Arr, n: int) -> Arr:
     return out
 
 
+#: ``numpy.polynomial.legendre.leggauss(4)`` to the bit (tests/unit/test_tagged_nodes.py):
+#: the 4-node rule without importing ``numpy.polynomial`` at start-up
+_LEGGAUSS_4 = (
+    (-0.8611363115940526, -0.33998104358485626, 0.33998104358485626, 0.8611363115940526),
+    (0.34785484513745357, 0.6521451548625464, 0.6521451548625464, 0.34785484513745357),
+)
+
+
+def gauss_legendre(n: int) -> tuple[Arr, Arr]:
+    """Gauss–Legendre nodes and weights on ``[−1, 1]`` (``numpy``'s ``leggauss``)."""
+    if n == 4:
+        return np.array(_LEGGAUSS_4[0]), np.array(_LEGGAUSS_4[1])
+    x, w = np.polynomial.legendre.leggauss(n)
+    return np.asarray(x, dtype=np.float64), np.asarray(w, dtype=np.float64)
+
+
 @dataclass(frozen=True)
 class TaggedRequest:
     """What a typical request sees (see the module docstring)."""
@@ -64,7 +80,7 @@ def tagged_request(
     leftover[np.arange(G), 0] = w_state[:G]
     leftover[G, : n - G] = w_state[G:]
     tau_p = tau[: G + 1]
-    nodes, wts = np.polynomial.legendre.leggauss(V_NODES)
+    nodes, wts = gauss_legendre(V_NODES)
     v, wv = (nodes + 1) / 2, wts / 2
     size = 1 << math.ceil(math.log2(2 * n + f.size))
     F = np.fft.rfft(f, size)

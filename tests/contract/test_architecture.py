@@ -62,6 +62,7 @@ def test_hardware_uses_only_the_base_of_perfmodel() -> None:
 # modules of a lower rank, or of its own unit (the same folder or top-level module).
 RANKS: dict[str, int] = {
     "perfmodel.base": 0,  # __init__, units, dtypes, errors, datafile
+    "perfmodel.special": 0,  # special functions (numpy and math only)
     "hardware": 1,
     "perfmodel.modelcfg": 1,  # config parsing and layer formulas: below the ModelSpec
     "perfmodel.model": 2, "perfmodel.catalog": 2, "perfmodel.workload": 2,
@@ -243,6 +244,23 @@ def test_help_and_catalog_listings_import_no_numerics() -> None:
 def test_capacity_imports_no_stats_plotting_or_solver() -> None:
     mods = _modules_after_command("capacity")
     assert not {"scipy.stats", "plotly", "pulp", "highspy"} & mods
+
+
+def test_capacity_cli_imports_no_scipy() -> None:
+    """Start-up cost: ``perfmodel capacity`` (the README's first job) computes its special
+    functions and its linear solve without scipy (``perfmodel.special``,
+    ``perfmodel.serving.stationary``): scipy.special or scipy.linalg is ~0.2 s of import,
+    and builds only the command it runs (``cli.main.COMMANDS``)."""
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "cli.main", "capacity"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    mods = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
+    assert "perfmodel.serving.capacity" in mods
+    assert not {"scipy", "networkx", "plotly", "pulp", "cli.plan_cmd", "cli.pd_cmd"} & mods
 
 
 # --json comes from a library result's to_dict() (cli.common.json_of): the CLI neither

@@ -1,0 +1,78 @@
+"""perfmodel.special against scipy.special over grids: the values the CLI's start-up path
+computes without scipy must be scipy's to ~1e-12."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy import special as sp
+
+from perfmodel import special
+
+SHAPES = np.concatenate(
+    [np.geomspace(1e-5, 1e4, 181), [0.5, 1.0, 1.5, 2.0, 9.999, 10.0, 10.001, 84.47, 1000.0]]
+)
+
+
+def _args(a: float) -> np.ndarray:
+    """x around a (the bulk, in units of √a) and far into both tails."""
+    s = np.sqrt(a)
+    near = a + s * np.linspace(-12, 12, 97)
+    far = np.concatenate([np.geomspace(1e-300, 1e3, 80) * max(a, 1.0), [a, a + 1, 1.0]])
+    x = np.concatenate([near, far])
+    return np.unique(x[x > 0])
+
+
+def test_gammainc_matches_scipy_over_grid() -> None:
+    worst = 0.0
+    for a in SHAPES:
+        x = _args(float(a))
+        ours = special.gammainc(a, x)
+        ref = sp.gammainc(a, x)
+        # relative error where the value is not tiny; absolute (≤ 1e-15) where it is
+        err = np.abs(ours - ref) / np.maximum(ref, 1e-3)
+        worst = max(worst, float(err.max()))
+        assert np.all(np.abs(ours - ref) <= 1e-12 * ref + 1e-15), a
+        lower = ref > 1e-280  # the lower tail, relatively, down to underflow
+        assert np.all(np.abs(ours - ref)[lower] <= 1e-12 * ref[lower]), a
+    assert worst < 1e-12
+
+
+def test_gammainc_broadcasts_and_edges() -> None:
+    a = np.array([[0.3], [2.0], [50.0]])
+    x = np.array([0.0, 0.1, 1.0, 40.0, np.inf])
+    np.testing.assert_allclose(special.gammainc(a, x), sp.gammainc(a, x), rtol=1e-12, atol=0)
+    assert special.gammainc(2.0, 0.0) == 0.0
+    assert np.isnan(special.gammainc(-1.0, 1.0))
+    # above the series' range, scipy's own value
+    assert special.gammainc(2e4, 2e4 + 50.0) == sp.gammainc(2e4, 2e4 + 50.0)
+
+
+def test_gammainc_integer_shape_is_the_poisson_tail() -> None:
+    """By hand: P(k, x) = 1 − e^{−x} Σ_{j<k} x^j/j!."""
+    x = 3.7
+    for k in range(1, 12):
+        tail = np.exp(-x) * sum(x**j / np.prod(np.arange(1, j + 1)) for j in range(k))
+        assert special.gammainc(k, x) == pytest.approx(1.0 - tail, rel=1e-13)
+
+
+def test_ndtr_ndtri_match_scipy() -> None:
+    z = np.linspace(-37, 8, 2001)  # below −37.5 scipy flushes the denormals to 0
+    assert all(
+        special.ndtr(float(v)) == pytest.approx(float(sp.ndtr(v)), rel=1e-12, abs=0) for v in z
+    )
+    p = np.concatenate([np.geomspace(1e-300, 0.5, 400), 1 - np.geomspace(1e-16, 0.5, 400)])
+    np.testing.assert_allclose(special.ndtri(p), sp.ndtri(p), rtol=1e-13, atol=1e-15)
+    assert special.ndtri([0.0, 1.0]).tolist() == [-np.inf, np.inf]
+    assert special.ndtri(0.5) == 0.0
+
+
+@pytest.mark.parametrize("rate", [1e-3, 0.7, 5.0, 63.2, 400.0, 3000.0])
+def test_poisson_cdf_and_pmf_match_scipy(rate: float) -> None:
+    k = np.arange(int(rate + 12 * np.sqrt(rate) + 40) + 1)
+    ref = sp.pdtr(k, rate)
+    np.testing.assert_allclose(special.poisson_cdf(int(k[-1]), rate), ref, rtol=1e-12, atol=1e-15)
+    # scipy's own pmf, exp(xlogy(k, λ) − λ − gammaln(k + 1)), is off by ~ε·λ·log λ relatively
+    pmf = np.exp(sp.xlogy(k, rate) - rate - sp.gammaln(k + 1.0))
+    rtol = max(1e-12, 1e-15 * rate * np.log(rate))
+    np.testing.assert_allclose(special.poisson_pmf(k, rate), pmf, rtol=rtol, atol=1e-300)
