@@ -11,6 +11,7 @@ GPU), so integer rounding at small λ cannot decide the verdict at scale.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -54,10 +55,15 @@ class _Meets:
     def __init__(self, sv: ServiceRate, slo: SLO, cache: dict[float, LatencyEstimate]) -> None:
         self.sv, self.slo, self.cache = sv, slo, cache
         self.rates = sorted(cache)
-        self.verdicts = [self._meets(cache[r]) for r in self.rates]
+        self.loads = [self._load(cache[r]) for r in self.rates]
 
-    def _meets(self, est: LatencyEstimate) -> bool:
-        return slo_attainment(est, self.slo).meets_percentiles
+    def _load(self, est: LatencyEstimate) -> float:
+        """``max(TTFT quantile / target, TPOT quantile / target)``: ≤ 1 iff the SLO is met."""
+        a = slo_attainment(est, self.slo)
+        h = max(a.ttft_quantile_s / self.slo.ttft_s, a.tpot_quantile_s / self.slo.tpot_s)
+        if a.meets_percentiles:
+            return min(h, 1.0)
+        return h if math.isfinite(h) and h > 1.0 else math.inf
 
     def attainment(self, rate: float) -> Attainment:
         return slo_attainment(self._estimate(rate), self.slo)
@@ -66,44 +72,86 @@ class _Meets:
         est = self.cache.get(rate)
         if est is None:
             est = self.cache[rate] = latency(self.sv, rate)
+        if rate not in self.rates:
             i = bisect.bisect_left(self.rates, rate)
             self.rates.insert(i, rate)
-            self.verdicts.insert(i, self._meets(est))
+            self.loads.insert(i, self._load(est))
         return est
 
-    def __call__(self, rate: float) -> bool:
+    def known(self, rate: float) -> bool | None:
+        """The verdict at ``rate`` if an estimated rate decides it, else None."""
         i = bisect.bisect_left(self.rates, rate)
         if i < len(self.rates) and self.rates[i] == rate:
-            return self.verdicts[i]
-        if any(self.verdicts[i:]):  # ok at a higher rate
+            return self.loads[i] <= 1.0
+        if any(h <= 1.0 for h in self.loads[i:]):  # ok at a higher rate
             return True
-        if not all(self.verdicts[:i]):  # not ok at a lower rate
+        if not all(h <= 1.0 for h in self.loads[:i]):  # not ok at a lower rate
             return False
-        return self._meets(self._estimate(rate))
+        return None
+
+    def __call__(self, rate: float) -> bool:
+        v = self.known(rate)
+        if v is None:
+            self._estimate(rate)
+            v = self.known(rate)
+        return bool(v)
+
+    def lowest_miss(self) -> float:
+        """The lowest estimated rate that misses the SLO (``inf``: none)."""
+        return next((r for r, h in zip(self.rates, self.loads, strict=True) if h > 1.0), math.inf)
+
+    def predict(self, lo: float, hi: float) -> float:
+        """Where ``max(quantile / target)`` crosses 1, from the estimates: interpolated in
+        ``log`` between the nearest ok and not-ok rates, else extrapolated along
+        ``a/(1 − λ/μ)`` from the nearest; the midpoint of ``[lo, hi]`` without estimates."""
+        mu = self.sv.rate_per_s
+        oks = [(r, h) for r, h in zip(self.rates, self.loads, strict=True) if h <= 1.0]
+        bad = [(r, h) for r, h in zip(self.rates, self.loads, strict=True) if h > 1.0]
+        r1, h1 = oks[-1] if oks else (0.0, 0.0)
+        r2, h2 = bad[0] if bad else (mu, math.inf)
+        if oks and bad and math.isfinite(h2) and h1 > 0:
+            t = -math.log(h1) / (math.log(h2) - math.log(h1))
+            guess = r1 + t * (r2 - r1)
+        elif oks and h1 > 0:
+            guess = mu * (1.0 - h1 * (1.0 - r1 / mu))
+        elif bad and math.isfinite(h2) and r2 < mu:
+            guess = mu * (1.0 - h2 * (1.0 - r2 / mu))
+        else:
+            guess = 0.5 * (lo + hi)
+        return min(max(guess, lo, r1), hi, r2)
 
 
 class _Race:
     """One configuration's bisection of :func:`perfmodel.serving.search.max_rate` from
-    ``[μ·10⁻³, μ]``, taken one step at a time; ``lo`` is proven once a midpoint met the
-    SLO or ``ok(lo)`` was checked (done only when it is needed)."""
+    ``[μ·10⁻³, μ]``, the verdict at each midpoint from :class:`_Meets`.
+
+    The bisection's answer depends only on its verdicts, so the latency estimates may be
+    taken elsewhere than at the midpoints, as long as they decide them: :meth:`advance`
+    takes the steps the estimates decide, then one estimate where the threshold is
+    predicted to make it count most — at an end of the bisection's predicted last
+    bracket (two estimates when the prediction holds, instead of one per step), or, for
+    a configuration predicted to lose, at the rate that proves it cannot beat the best
+    per-GPU rate proven so far. ``lo`` is proven once a midpoint met the SLO or ``ok(lo)``
+    was checked (done only when it is needed)."""
 
     def __init__(self, sv: ServiceRate, ok: _Meets, rel_tol: float) -> None:
         self.sv, self.ok, self.rel_tol = sv, ok, rel_tol
         self.lo, self.hi = sv.rate_per_s * 1e-3, sv.rate_per_s
         self.steps, self.moved = 0, False
         self.checked: bool | None = None
+        self.misses = 0  # predictions in a row that did not decide the next midpoint
 
     @property
     def done(self) -> bool:
-        return (
-            self.checked is False
-            or self.steps >= MAX_ITERATIONS
-            or self.hi - self.lo <= self.rel_tol * self.hi
-        )
+        return self.checked is False or self._converged(self.lo, self.hi, self.steps)
+
+    def _converged(self, lo: float, hi: float, steps: int) -> bool:
+        return steps >= MAX_ITERATIONS or hi - lo <= self.rel_tol * hi
 
     @property
     def bound(self) -> float:
-        return self.hi / self.sv.devices
+        """Above the per-GPU answer: the bracket top, or a lower rate known to miss."""
+        return min(self.hi, self.ok.lowest_miss()) / self.sv.devices
 
     @property
     def proven_per_gpu(self) -> float:
@@ -114,17 +162,55 @@ class _Race:
             self.checked = self.moved or self.ok(self.lo)
         return bool(self.checked)
 
-    def step(self) -> None:
+    def _settle(self) -> None:
+        """Take every bisection step the estimates decide."""
+        while not self.done:
+            mid = 0.5 * (self.lo + self.hi)
+            v = self.ok.known(mid)
+            if v is None:
+                return
+            self.steps += 1
+            if v:
+                self.lo, self.moved = mid, True
+            else:
+                self.hi = mid
+                if not self.moved and self.ok.known(self.lo) is False:
+                    self.checked = False
+
+    def _last_bracket(self, guess: float) -> tuple[float, float]:
+        """The bisection's last bracket if the threshold were ``guess``."""
+        lo, hi, steps = self.lo, self.hi, self.steps
+        while not self._converged(lo, hi, steps):
+            mid = 0.5 * (lo + hi)
+            v = self.ok.known(mid)
+            steps += 1
+            if v if v is not None else mid <= guess:
+                lo = mid
+            else:
+                hi = mid
+        return lo, hi
+
+    def advance(self, floor: float) -> None:
+        """Decided steps, then one latency estimate (see the class docstring)."""
+        self._settle()
         if self.done:
             return
-        if self.steps and not self.moved and not self.feasible():
-            return  # misses the SLO unloaded: no bisection
-        self.steps += 1
         mid = 0.5 * (self.lo + self.hi)
-        if self.ok(mid):
-            self.lo, self.moved = mid, True
+        guess = self.ok.predict(self.lo, self.hi)
+        beat = floor * self.sv.devices  # the rate this configuration must exceed to win
+        if self.misses >= 2:
+            probe = mid  # the predictions do not help here: plain bisection
+        elif self.proven_per_gpu < floor and guess < beat and self.ok.known(beat) is None:
+            probe = beat  # predicted to lose: a miss at `beat` proves it
         else:
-            self.hi = mid
+            lo_f, hi_f = self._last_bracket(guess)
+            probe = lo_f if mid <= guess else hi_f
+            if self.ok.known(probe) is not None:
+                probe = mid
+        self.ok(probe)
+        before = self.steps
+        self._settle()
+        self.misses = 0 if self.steps > before or self.done else self.misses + 1
 
 
 def colocated_baseline(
@@ -185,7 +271,7 @@ def colocated_baseline(
         live = [r for r in races if not r.done and r.bound > floor]
         if not live:
             break
-        max(live, key=lambda r: r.bound).step()
+        max(live, key=lambda r: r.bound).advance(floor)
     best: Colocated | None = None
     floors = []
     for r in races:
