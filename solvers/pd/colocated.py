@@ -101,24 +101,29 @@ class _Meets:
         return next((r for r, h in zip(self.rates, self.loads, strict=True) if h > 1.0), math.inf)
 
     def predict(self, lo: float, hi: float) -> float:
-        """Where ``max(quantile / target)`` crosses 1, from the estimates: interpolated in
-        ``log`` between the nearest ok and not-ok rates, else extrapolated along
-        ``a/(1 − λ/μ)`` from the nearest; the midpoint of ``[lo, hi]`` without estimates."""
-        mu = self.sv.rate_per_s
-        oks = [(r, h) for r, h in zip(self.rates, self.loads, strict=True) if h <= 1.0]
-        bad = [(r, h) for r, h in zip(self.rates, self.loads, strict=True) if h > 1.0]
-        r1, h1 = oks[-1] if oks else (0.0, 0.0)
-        r2, h2 = bad[0] if bad else (mu, math.inf)
-        if oks and bad and math.isfinite(h2) and h1 > 0:
-            t = -math.log(h1) / (math.log(h2) - math.log(h1))
-            guess = r1 + t * (r2 - r1)
-        elif oks and h1 > 0:
-            guess = mu * (1.0 - h1 * (1.0 - r1 / mu))
-        elif bad and math.isfinite(h2) and r2 < mu:
-            guess = mu * (1.0 - h2 * (1.0 - r2 / mu))
+        """Where ``h = max(quantile / target)`` crosses 1, with ``1/h`` taken linear in the
+        rate (``h = a/(1 − λ/c)``: latency growing like a queue's towards a critical rate
+        ``c``; an unstable estimate is ``1/h = 0``) through the two estimates nearest the
+        crossing, or through one and ``1/h = 0`` at ``μ``; the midpoint of ``[lo, hi]``
+        without estimates. Only where the next estimate goes depends on it."""
+        pts = [(r, 1.0 / h) for r, h in zip(self.rates, self.loads, strict=True)]
+        oks = [p for p in pts if p[1] >= 1.0]
+        bad = [p for p in pts if p[1] < 1.0]
+        if not pts:
+            return 0.5 * (lo + hi)
+        if oks and bad:
+            (r1, y1), (r2, y2) = oks[-1], bad[0]
+        elif len(oks) >= 2:
+            (r1, y1), (r2, y2) = oks[-2], oks[-1]
+        elif len(bad) >= 2 and bad[1][1] < bad[0][1]:
+            (r1, y1), (r2, y2) = bad[0], bad[1]
         else:
-            guess = 0.5 * (lo + hi)
-        return min(max(guess, lo, r1), hi, r2)
+            (r1, y1), (r2, y2) = pts[-1 if oks else 0], (self.sv.rate_per_s, 0.0)
+        if r2 == r1 or y2 == y1:
+            return 0.5 * (lo + hi)
+        guess = r1 + (1.0 - y1) * (r2 - r1) / (y2 - y1)
+        top = bad[0][0] if bad else hi
+        return min(max(guess, lo, oks[-1][0] if oks else lo), hi, top)
 
 
 class _Race:

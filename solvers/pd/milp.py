@@ -31,7 +31,7 @@ from hardware.device import Device
 from perfmodel.errors import InfeasibleError, SolverError, SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.pd.config import PhaseGoodput
-from perfmodel.pd.simulate import Deployment, Pool
+from perfmodel.pd.deployment import Deployment, Pool
 from perfmodel.workload.arrivals import check_rate
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
