@@ -38,7 +38,7 @@ from perfmodel.workload.lengths import fixed_lengths
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
 from solvers.pd.colocated import ColocatedMemo
-from solvers.pd.enumerate import EngineSpec
+from solvers.pd.enumerate import EngineSpec, one_blas_thread
 from solvers.pd.plan import colocated_baseline, evaluate_options, fluid_optimum
 
 DEFAULT_INPUTS = (128, 512, 2048, 8192)
@@ -207,6 +207,7 @@ class PDPhaseSweeps:
         return {"lengths": self.lengths.to_dict(), "slo": self.slo.to_dict()}
 
 
+@one_blas_thread()
 def _sweep(
     model: ModelSpec,
     devices: Sequence[Device],

@@ -42,6 +42,7 @@ from solvers.pd.enumerate import (
     PhaseProfiles,
     check_feasible,
     evaluate_options,
+    one_blas_thread,
 )
 from solvers.pd.fluid import fluid_optimum
 from solvers.pd.results import Allocation, Constraint, PDPlan
@@ -125,6 +126,7 @@ def _solve(
     return sol, name, "optimal" if optimal else "time_limit"
 
 
+@one_blas_thread()
 def plan_pd(
     model: ModelSpec,
     workload: Workload,
