@@ -45,6 +45,10 @@ class ColocatedMemo:
 
     services: dict[tuple[str, int], ServiceRate | None] = field(default_factory=dict)
     estimates: dict[tuple[str, int], dict[float, LatencyEstimate]] = field(default_factory=dict)
+    #: (TTFT, TPOT) quantiles of the estimates by (rate, percentile): SLO-free as well
+    quantiles: dict[tuple[str, int], dict[tuple[float, float], tuple[float, float]]] = field(
+        default_factory=dict
+    )
 
 
 class _Meets:
@@ -52,17 +56,27 @@ class _Meets:
     answered without an estimate when an estimated rate decides it (attainment falls with
     the rate: ok at ``r' ≥ r`` implies ok at ``r``; not ok at ``r' ≤ r`` implies not ok)."""
 
-    def __init__(self, sv: ServiceRate, slo: SLO, cache: dict[float, LatencyEstimate]) -> None:
-        self.sv, self.slo, self.cache = sv, slo, cache
+    def __init__(
+        self,
+        sv: ServiceRate,
+        slo: SLO,
+        cache: dict[float, LatencyEstimate],
+        quantiles: dict[tuple[float, float], tuple[float, float]],
+    ) -> None:
+        self.sv, self.slo, self.cache, self.quantiles = sv, slo, cache, quantiles
         self.rates = sorted(cache)
-        self.loads = [self._load(cache[r]) for r in self.rates]
+        self.loads = [self._load(r, cache[r]) for r in self.rates]
 
-    def _load(self, est: LatencyEstimate) -> float:
-        """``max(TTFT quantile / target, TPOT quantile / target)``: ≤ 1 iff the SLO is met."""
-        a = slo_attainment(est, self.slo)
-        h = max(a.ttft_quantile_s / self.slo.ttft_s, a.tpot_quantile_s / self.slo.tpot_s)
-        if a.meets_percentiles:
-            return min(h, 1.0)
+    def _load(self, rate: float, est: LatencyEstimate) -> float:
+        """``max(TTFT quantile / target, TPOT quantile / target)``: ≤ 1 iff the SLO is met
+        (:func:`slo_attainment`'s percentile check)."""
+        q = self.slo.percentile
+        if (rate, q) not in self.quantiles:
+            self.quantiles[rate, q] = (est.ttft_quantile_s(q), est.tpot_quantile_s(q))
+        tq, pq = self.quantiles[rate, q]
+        h = max(tq / self.slo.ttft_s, pq / self.slo.tpot_s)
+        if tq <= self.slo.ttft_s and pq <= self.slo.tpot_s:
+            return h if h <= 1.0 else 1.0
         return h if math.isfinite(h) and h > 1.0 else math.inf
 
     def attainment(self, rate: float) -> Attainment:
@@ -75,7 +89,7 @@ class _Meets:
         if rate not in self.rates:
             i = bisect.bisect_left(self.rates, rate)
             self.rates.insert(i, rate)
-            self.loads.insert(i, self._load(est))
+            self.loads.insert(i, self._load(rate, est))
         return est
 
     def known(self, rate: float) -> bool | None:
@@ -267,7 +281,12 @@ def colocated_baseline(
                 cands.append((sv, key))
     cands.sort(key=lambda c: -c[0].rate_per_s / c[0].devices)
     races = [
-        _Race(sv, _Meets(sv, slo, memo.estimates.setdefault(key, {})), rel_tol) for sv, key in cands
+        _Race(
+            sv,
+            _Meets(sv, slo, memo.estimates.setdefault(key, {}), memo.quantiles.setdefault(key, {})),
+            rel_tol,
+        )
+        for sv, key in cands
     ]
     # best first: bisect the configuration with the highest upper bound hi/tp on its
     # per-GPU goodput; drop those whose bound is at most a proven rate of another
