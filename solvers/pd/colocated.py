@@ -62,8 +62,10 @@ class _Meets:
         slo: SLO,
         cache: dict[float, LatencyEstimate],
         quantiles: dict[tuple[float, float], tuple[float, float]],
+        hint: float | None = None,
     ) -> None:
         self.sv, self.slo, self.cache, self.quantiles = sv, slo, cache, quantiles
+        self.hint = hint  # the threshold's expected fraction of μ (a neighbouring cell's)
         self.rates = sorted(cache)
         self.loads = [self._load(r, cache[r]) for r in self.rates]
 
@@ -118,13 +120,14 @@ class _Meets:
         """Where ``h = max(quantile / target)`` crosses 1, with ``1/h`` taken linear in the
         rate (``h = a/(1 − λ/c)``: latency growing like a queue's towards a critical rate
         ``c``; an unstable estimate is ``1/h = 0``) through the two estimates nearest the
-        crossing, or through one and ``1/h = 0`` at ``μ``; the midpoint of ``[lo, hi]``
-        without estimates. Only where the next estimate goes depends on it."""
+        crossing, or through one and ``1/h = 0`` at ``μ``; without estimates, the hint
+        (else the midpoint of ``[lo, hi]``). Only where the next estimate goes depends on it."""
         pts = [(r, 1.0 / h) for r, h in zip(self.rates, self.loads, strict=True)]
         oks = [p for p in pts if p[1] >= 1.0]
         bad = [p for p in pts if p[1] < 1.0]
         if not pts:
-            return 0.5 * (lo + hi)
+            guess = 0.5 * (lo + hi) if self.hint is None else self.hint * self.sv.rate_per_s
+            return min(max(guess, lo), hi)
         if oks and bad:
             (r1, y1), (r2, y2) = oks[-1], bad[0]
         elif len(oks) >= 2:
@@ -245,6 +248,7 @@ def colocated_baseline(
     tps: Sequence[int] | None = None,
     memo: ColocatedMemo | None = None,
     engine: EngineSpec = None,
+    hints: dict[tuple[str, int], float] | None = None,
 ) -> Colocated:
     """Best per-GPU goodput of chunked-prefill instances under the percentile criterion.
 
@@ -256,6 +260,9 @@ def colocated_baseline(
     tensor-parallel degrees to try (default every valid one). ``memo``: shared across
     calls on the same workload, devices, dtypes and engine (an SLO sweep); same
     answers. ``engine``: as in :func:`solvers.pd.enumerate.evaluate_options`.
+    ``hints``: each configuration's goodput as a fraction of μ by ``(device id, TP)``,
+    where the first estimates go (a neighbouring cell's, e.g. of a length sweep), updated
+    with this call's; same answers, fewer estimates when the hints are close.
     """
     memo = memo or ColocatedMemo()
     cands = []
@@ -283,7 +290,13 @@ def colocated_baseline(
     races = [
         _Race(
             sv,
-            _Meets(sv, slo, memo.estimates.setdefault(key, {}), memo.quantiles.setdefault(key, {})),
+            _Meets(
+                sv,
+                slo,
+                memo.estimates.setdefault(key, {}),
+                memo.quantiles.setdefault(key, {}),
+                (hints or {}).get(key),
+            ),
             rel_tol,
         )
         for sv, key in cands
@@ -296,6 +309,10 @@ def colocated_baseline(
         if not live:
             break
         max(live, key=lambda r: r.bound).advance(floor)
+    if hints is not None:
+        for r, (_, key) in zip(races, cands, strict=True):
+            guess = r.lo if r.done and r.moved else r.ok.predict(r.lo, r.hi)
+            hints[key] = guess / r.sv.rate_per_s
     best: Colocated | None = None
     floors = []
     for r in races:
