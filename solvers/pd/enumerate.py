@@ -201,10 +201,10 @@ def evaluate_options(
             pprof = memo[pkey]
             if pprof is None:
                 continue
-            gkey = ("prefill-goodput", *pkey[1:], slo.ttft_s, slo.percentile)
-            if gkey not in memo:  # an SLO sweep asks again at the same TTFT target
-                memo[gkey] = prefill_goodput(pprof, slo, model=model)
-            pre.setdefault(cls, []).append(memo[gkey])
+            pgkey = ("prefill-goodput", *pkey[1:], slo.ttft_s, slo.percentile)
+            if pgkey not in memo:  # an SLO sweep asks again at the same TTFT target
+                memo[pgkey] = prefill_goodput(pprof, slo, model=model)
+            pre.setdefault(cls, []).append(memo[pgkey])
             links.setdefault(cls, pprof.link.name)
     return PhaseOptions(pre, dec, links, profs)
 
