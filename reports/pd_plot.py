@@ -38,7 +38,7 @@ from perfmodel.workload.lengths import fixed_lengths
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
 from solvers.pd.colocated import ColocatedMemo
-from solvers.pd.enumerate import EngineSpec
+from solvers.pd.enumerate import EngineSpec, one_blas_thread
 from solvers.pd.plan import colocated_baseline, evaluate_options, fluid_optimum
 
 DEFAULT_INPUTS = (128, 512, 2048, 8192)
@@ -145,9 +145,11 @@ def _cell(
     kv_dtype: str,
     engine: EngineSpec = None,
     memos: tuple[dict[tuple[Any, ...], Any], ColocatedMemo] | None = None,
+    hints: dict[tuple[str, int], float] | None = None,
 ) -> PDCell:
     """One cell; ``memos`` (phase profiles, colocated estimates) are shared by the cells
-    of one workload (an SLO sweep)."""
+    of one workload (an SLO sweep); ``hints``: the colocated search's starting points
+    (:func:`solvers.pd.colocated.colocated_baseline`), a neighbouring cell's."""
     note = ""
     opts_memo, colo_memo = memos or ({}, ColocatedMemo())
     try:
@@ -176,6 +178,7 @@ def _cell(
         kv_dtype=kv_dtype,
         memo=colo_memo,
         engine=engine,
+        hints=hints,
     )
     c = colo.per_gpu_rate_per_s if colo.feasible else 0.0
     if dis > 0 and c > 0:
@@ -207,6 +210,7 @@ class PDPhaseSweeps:
         return {"lengths": self.lengths.to_dict(), "slo": self.slo.to_dict()}
 
 
+@one_blas_thread()
 def _sweep(
     model: ModelSpec,
     devices: Sequence[Device],
@@ -224,14 +228,18 @@ def _sweep(
     """The diagram of one cell per ``(y, x)``, each at the workload and SLO ``point(y, x)``;
     ``memos`` shared by every cell (one workload: an SLO sweep), else fresh per cell."""
     cells = []
-    for y in ys:
-        for x in xs:
+    hints: dict[tuple[int, int], dict[tuple[str, int], float]] = {}
+    for i, y in enumerate(ys):
+        for j, x in enumerate(xs):
             w, slo = point(y, x)
+            # the colocated search starts from the previous cell of the row (or the one above)
+            hints[i, j] = dict(hints.get((i, j - 1)) or hints.get((i - 1, j)) or {})
             cells.append(
                 _cell(
-                    model, devices, decode_devices or devices, w, slo, y, x, *dtypes, engine, memos
+                    model, devices, decode_devices or devices, w, slo, y, x, *dtypes, engine,
+                    memos, hints[i, j],
                 )
-            )
+            )  # fmt: skip
             if progress:
                 progress(1)
     kind, y_label, x_label = axes

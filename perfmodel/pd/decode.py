@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -70,6 +71,9 @@ class DecodeProfile:
     _by_rate: dict[tuple[float, bool], Any] = field(
         default_factory=dict, init=False, repr=False, compare=False
     )
+    _t_seen_by_limit: dict[bool, Arr] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def step_at(self, n: float) -> float:
         return float(np.interp(n, self.batch_grid, self.step_s))
@@ -105,22 +109,43 @@ class DecodeProfile:
         above ``t(N̄)`` and growing). Unstable when the mean reaches ``limit`` (default:
         the slots) or mass reaches the end of the tabulated grid.
         """
-        en = float(np.dot(self.step_weights, self.steps))
+        en, states, log_terms = self._law_terms
         lam = rate_per_s * self.multi_fraction
         lim = self.slots if limit is None else float(limit)
-        top = int(self.batch_grid[-1])
         if lam <= 0:
-            law = np.zeros(top + 1)
+            law = np.zeros(states.size)
             law[0] = 1.0
             return law
-        k = np.arange(1, top + 1, dtype=np.float64)
-        t = np.interp(k, self.batch_grid, self.step_s)
-        logp = np.concatenate([[0.0], np.cumsum(np.log(lam * en * t) - np.log(k))])
+        # log π(N) = N·log(λ·E[o − 1]) + Σ_{k ≤ N} log(t(k)/k), the sum tabulated once
+        logp = states * math.log(lam * en) + log_terms
         law = np.exp(logp - logp.max())
         law /= law.sum()
-        if law[-1] > 1e-9 or float(np.arange(top + 1) @ law) >= lim:
+        if law[-1] > 1e-9 or float(states @ law) >= lim:
             return None
         return law
+
+    @cached_property
+    def _law_terms(self) -> tuple[float, Arr, Arr]:
+        """The rate-free parts of :meth:`batch_law`: ``E[o − 1]``, the states
+        ``0 … top`` and ``Σ_{k ≤ N} log(t(k)/k)`` per state."""
+        en = float(np.dot(self.step_weights, self.steps))
+        top = int(self.batch_grid[-1])
+        k = np.arange(1, top + 1, dtype=np.float64)
+        t = np.interp(k, self.batch_grid, self.step_s)
+        log_terms = np.concatenate([[0.0], np.cumsum(np.log(t) - np.log(k))])
+        return en, np.arange(top + 1, dtype=np.float64), log_terms
+
+    @cached_property
+    def _window_factor(self) -> Arr:
+        return window_variance_factor(self.steps, self.step_weights)
+
+    def _t_seen(self, slot_limit: bool) -> Arr:
+        """``t(min(N + 1, slots))`` per state (``t(N + 1)`` without the slot limit)."""
+        if slot_limit not in self._t_seen_by_limit:
+            top = self.slots if slot_limit else math.inf
+            n1 = np.minimum(self._law_terms[1] + 1.0, top)
+            self._t_seen_by_limit[slot_limit] = np.interp(n1, self.batch_grid, self.step_s)
+        return self._t_seen_by_limit[slot_limit]
 
     def mean_batch(self, rate_per_s: float, limit: float | None = None) -> float | None:
         """``E[N]`` under :meth:`batch_law`; None when unstable."""
@@ -155,7 +180,7 @@ class DecodeProfile:
         law = self.batch_law(rate_per_s, self.slots if slot_limit else self.batch_grid[-1] - 1)
         if law is None:
             return None
-        states = np.arange(law.size, dtype=np.float64)
+        states = self._law_terms[1]
         nbar = float(states @ law)
         var_n = float(((states - nbar) ** 2) @ law)
         n = self.steps
@@ -163,11 +188,10 @@ class DecodeProfile:
         t_bar = self.step_at(nbar)
         en = float(np.dot(w, n))
         # batch-noise: M/G/∞ correlation over the request's window of L = n steps
-        var_avg = var_n * window_variance_factor(n, w) * self.var_coef_s2
+        var_avg = var_n * self._window_factor * self.var_coef_s2
         sigma = np.sqrt(np.maximum(var_avg, 0.0)) + 1e-12 * t_bar
-        top = self.slots if slot_limit else math.inf
-        t_seen = np.interp(np.minimum(states + 1.0, top), self.batch_grid, self.step_s)
-        mean = np.full(n.shape, float(t_seen @ law))  # E[t(N + 1)]: convex t, above t(N̄ + 1)
+        # E[t(N + 1)]: convex t, above t(N̄ + 1)
+        mean = np.full(n.shape, float(self._t_seen(slot_limit) @ law))
         if not slot_limit:
             return mean, sigma, 0.0, None
         # admission wait: M/G/c, Erlang C with the Allen–Cunneen factor

@@ -41,6 +41,7 @@ from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.pd.config import PhaseConfig, kv_link, kv_transfer_time_s
 from perfmodel.pd.decode import decode_kv_capacity
+from perfmodel.pd.deployment import Deployment, Pool
 from perfmodel.pd.prefill import prefill_batch_tokens
 from perfmodel.serving.search import max_rate
 from perfmodel.sim.simulate import Distribution
@@ -52,33 +53,6 @@ from perfmodel.workload.slo import SLO
 
 Arr = NDArray[np.float64]
 IntArr = NDArray[np.int64]
-
-
-@dataclass(frozen=True)
-class Pool:
-    """``instances`` instances of one configuration; ``weight`` is each one's routing share."""
-
-    config: PhaseConfig
-    instances: int
-    weight: float
-
-    def __post_init__(self) -> None:
-        if self.instances < 1 or not self.weight > 0:
-            raise SpecError("a pool needs >= 1 instance and a positive routing weight")
-
-
-@dataclass(frozen=True)
-class Deployment:
-    """A disaggregated deployment: prefill pools, decode pools, KV placement."""
-
-    model: ModelSpec
-    prefill: tuple[Pool, ...]
-    decode: tuple[Pool, ...]
-    placement: str = "auto"
-
-    @property
-    def gpus(self) -> int:
-        return sum(p.instances * p.config.gpus for p in (*self.prefill, *self.decode))
 
 
 @dataclass(frozen=True)

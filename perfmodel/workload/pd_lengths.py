@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import math
+from functools import cache
 
-from scipy import optimize
 from scipy.special import ndtr  # = scipy.stats.norm.cdf, without importing scipy.stats (1 s)
 
 from perfmodel.errors import SpecError
@@ -25,7 +25,7 @@ def planner_lengths(name: str, atoms: int = PLANNER_ATOMS) -> LengthDistribution
     and ``mu`` chosen so the truncated means are 755 and 200.
     """
     if name == "sharegpt":
-        return lognormal_lengths(*_SHAREGPT, name="sharegpt", n=atoms)
+        return lognormal_lengths(*_sharegpt(), name="sharegpt", n=atoms)
     if name not in PRESETS:
         raise SpecError(f"unknown workload {name!r}; valid: chat, code, sharegpt (or --trace CSV)")
     i, o = PRESETS[name]
@@ -39,12 +39,17 @@ def _trunc_lognormal_mean(mu: float, sigma: float, lo: int, hi: int) -> float:
 
 
 def _fit_mu(mean: float, sigma: float, lo: int, hi: int) -> float:
+    from scipy import optimize  # only for sharegpt: ~0.15 s of import
+
     return float(
         optimize.brentq(lambda mu: _trunc_lognormal_mean(mu, sigma, lo, hi) - mean, 0.0, 12.0)
     )
 
 
-_SHAREGPT = (
-    TruncLogNormal(_fit_mu(755.0, 0.8265, 4, 1536), 0.8265, 4, 1536),
-    TruncLogNormal(_fit_mu(200.0, 0.7728, 4, 512), 0.7728, 4, 512),
-)
+@cache
+def _sharegpt() -> tuple[TruncLogNormal, TruncLogNormal]:
+    """The ShareGPT stand-in's input and output marginals (``mu`` fitted when first asked)."""
+    return (
+        TruncLogNormal(_fit_mu(755.0, 0.8265, 4, 1536), 0.8265, 4, 1536),
+        TruncLogNormal(_fit_mu(200.0, 0.7728, 4, 512), 0.7728, 4, 512),
+    )

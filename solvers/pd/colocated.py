@@ -11,6 +11,7 @@ GPU), so integer rounding at small λ cannot decide the verdict at scale.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -44,6 +45,10 @@ class ColocatedMemo:
 
     services: dict[tuple[str, int], ServiceRate | None] = field(default_factory=dict)
     estimates: dict[tuple[str, int], dict[float, LatencyEstimate]] = field(default_factory=dict)
+    #: (TTFT, TPOT) quantiles of the estimates by (rate, percentile): SLO-free as well
+    quantiles: dict[tuple[str, int], dict[tuple[float, float], tuple[float, float]]] = field(
+        default_factory=dict
+    )
 
 
 class _Meets:
@@ -51,13 +56,30 @@ class _Meets:
     answered without an estimate when an estimated rate decides it (attainment falls with
     the rate: ok at ``r' ≥ r`` implies ok at ``r``; not ok at ``r' ≤ r`` implies not ok)."""
 
-    def __init__(self, sv: ServiceRate, slo: SLO, cache: dict[float, LatencyEstimate]) -> None:
-        self.sv, self.slo, self.cache = sv, slo, cache
+    def __init__(
+        self,
+        sv: ServiceRate,
+        slo: SLO,
+        cache: dict[float, LatencyEstimate],
+        quantiles: dict[tuple[float, float], tuple[float, float]],
+        hint: float | None = None,
+    ) -> None:
+        self.sv, self.slo, self.cache, self.quantiles = sv, slo, cache, quantiles
+        self.hint = hint  # the threshold's expected fraction of μ (a neighbouring cell's)
         self.rates = sorted(cache)
-        self.verdicts = [self._meets(cache[r]) for r in self.rates]
+        self.loads = [self._load(r, cache[r]) for r in self.rates]
 
-    def _meets(self, est: LatencyEstimate) -> bool:
-        return slo_attainment(est, self.slo).meets_percentiles
+    def _load(self, rate: float, est: LatencyEstimate) -> float:
+        """``max(TTFT quantile / target, TPOT quantile / target)``: ≤ 1 iff the SLO is met
+        (:func:`slo_attainment`'s percentile check)."""
+        q = self.slo.percentile
+        if (rate, q) not in self.quantiles:
+            self.quantiles[rate, q] = (est.ttft_quantile_s(q), est.tpot_quantile_s(q))
+        tq, pq = self.quantiles[rate, q]
+        h = max(tq / self.slo.ttft_s, pq / self.slo.tpot_s)
+        if tq <= self.slo.ttft_s and pq <= self.slo.tpot_s:
+            return h if h <= 1.0 else 1.0
+        return h if math.isfinite(h) and h > 1.0 else math.inf
 
     def attainment(self, rate: float) -> Attainment:
         return slo_attainment(self._estimate(rate), self.slo)
@@ -66,44 +88,92 @@ class _Meets:
         est = self.cache.get(rate)
         if est is None:
             est = self.cache[rate] = latency(self.sv, rate)
+        if rate not in self.rates:
             i = bisect.bisect_left(self.rates, rate)
             self.rates.insert(i, rate)
-            self.verdicts.insert(i, self._meets(est))
+            self.loads.insert(i, self._load(rate, est))
         return est
 
-    def __call__(self, rate: float) -> bool:
+    def known(self, rate: float) -> bool | None:
+        """The verdict at ``rate`` if an estimated rate decides it, else None."""
         i = bisect.bisect_left(self.rates, rate)
         if i < len(self.rates) and self.rates[i] == rate:
-            return self.verdicts[i]
-        if any(self.verdicts[i:]):  # ok at a higher rate
+            return self.loads[i] <= 1.0
+        if any(h <= 1.0 for h in self.loads[i:]):  # ok at a higher rate
             return True
-        if not all(self.verdicts[:i]):  # not ok at a lower rate
+        if not all(h <= 1.0 for h in self.loads[:i]):  # not ok at a lower rate
             return False
-        return self._meets(self._estimate(rate))
+        return None
+
+    def __call__(self, rate: float) -> bool:
+        v = self.known(rate)
+        if v is None:
+            self._estimate(rate)
+            v = self.known(rate)
+        return bool(v)
+
+    def lowest_miss(self) -> float:
+        """The lowest estimated rate that misses the SLO (``inf``: none)."""
+        return next((r for r, h in zip(self.rates, self.loads, strict=True) if h > 1.0), math.inf)
+
+    def predict(self, lo: float, hi: float) -> float:
+        """Where ``h = max(quantile / target)`` crosses 1, with ``1/h`` taken linear in the
+        rate (``h = a/(1 − λ/c)``: latency growing like a queue's towards a critical rate
+        ``c``; an unstable estimate is ``1/h = 0``) through the two estimates nearest the
+        crossing, or through one and ``1/h = 0`` at ``μ``; without estimates, the hint
+        (else the midpoint of ``[lo, hi]``). Only where the next estimate goes depends on it."""
+        pts = [(r, 1.0 / h) for r, h in zip(self.rates, self.loads, strict=True)]
+        oks = [p for p in pts if p[1] >= 1.0]
+        bad = [p for p in pts if p[1] < 1.0]
+        if not pts:
+            guess = 0.5 * (lo + hi) if self.hint is None else self.hint * self.sv.rate_per_s
+            return min(max(guess, lo), hi)
+        if oks and bad:
+            (r1, y1), (r2, y2) = oks[-1], bad[0]
+        elif len(oks) >= 2:
+            (r1, y1), (r2, y2) = oks[-2], oks[-1]
+        elif len(bad) >= 2 and bad[1][1] < bad[0][1]:
+            (r1, y1), (r2, y2) = bad[0], bad[1]
+        else:
+            (r1, y1), (r2, y2) = pts[-1 if oks else 0], (self.sv.rate_per_s, 0.0)
+        if r2 == r1 or y2 == y1:
+            return 0.5 * (lo + hi)
+        guess = r1 + (1.0 - y1) * (r2 - r1) / (y2 - y1)
+        top = bad[0][0] if bad else hi
+        return min(max(guess, lo, oks[-1][0] if oks else lo), hi, top)
 
 
 class _Race:
     """One configuration's bisection of :func:`perfmodel.serving.search.max_rate` from
-    ``[μ·10⁻³, μ]``, taken one step at a time; ``lo`` is proven once a midpoint met the
-    SLO or ``ok(lo)`` was checked (done only when it is needed)."""
+    ``[μ·10⁻³, μ]``, the verdict at each midpoint from :class:`_Meets`.
+
+    The bisection's answer depends only on its verdicts, so the latency estimates may be
+    taken elsewhere than at the midpoints, as long as they decide them: :meth:`advance`
+    takes the steps the estimates decide, then one estimate where the threshold is
+    predicted to make it count most — at an end of the bisection's predicted last
+    bracket (two estimates when the prediction holds, instead of one per step), or, for
+    a configuration predicted to lose, at the rate that proves it cannot beat the best
+    per-GPU rate proven so far. ``lo`` is proven once a midpoint met the SLO or ``ok(lo)``
+    was checked (done only when it is needed)."""
 
     def __init__(self, sv: ServiceRate, ok: _Meets, rel_tol: float) -> None:
         self.sv, self.ok, self.rel_tol = sv, ok, rel_tol
         self.lo, self.hi = sv.rate_per_s * 1e-3, sv.rate_per_s
         self.steps, self.moved = 0, False
         self.checked: bool | None = None
+        self.misses = 0  # predictions in a row that did not decide the next midpoint
 
     @property
     def done(self) -> bool:
-        return (
-            self.checked is False
-            or self.steps >= MAX_ITERATIONS
-            or self.hi - self.lo <= self.rel_tol * self.hi
-        )
+        return self.checked is False or self._converged(self.lo, self.hi, self.steps)
+
+    def _converged(self, lo: float, hi: float, steps: int) -> bool:
+        return steps >= MAX_ITERATIONS or hi - lo <= self.rel_tol * hi
 
     @property
     def bound(self) -> float:
-        return self.hi / self.sv.devices
+        """Above the per-GPU answer: the bracket top, or a lower rate known to miss."""
+        return min(self.hi, self.ok.lowest_miss()) / self.sv.devices
 
     @property
     def proven_per_gpu(self) -> float:
@@ -114,17 +184,55 @@ class _Race:
             self.checked = self.moved or self.ok(self.lo)
         return bool(self.checked)
 
-    def step(self) -> None:
+    def _settle(self) -> None:
+        """Take every bisection step the estimates decide."""
+        while not self.done:
+            mid = 0.5 * (self.lo + self.hi)
+            v = self.ok.known(mid)
+            if v is None:
+                return
+            self.steps += 1
+            if v:
+                self.lo, self.moved = mid, True
+            else:
+                self.hi = mid
+                if not self.moved and self.ok.known(self.lo) is False:
+                    self.checked = False
+
+    def _last_bracket(self, guess: float) -> tuple[float, float]:
+        """The bisection's last bracket if the threshold were ``guess``."""
+        lo, hi, steps = self.lo, self.hi, self.steps
+        while not self._converged(lo, hi, steps):
+            mid = 0.5 * (lo + hi)
+            v = self.ok.known(mid)
+            steps += 1
+            if v if v is not None else mid <= guess:
+                lo = mid
+            else:
+                hi = mid
+        return lo, hi
+
+    def advance(self, floor: float) -> None:
+        """Decided steps, then one latency estimate (see the class docstring)."""
+        self._settle()
         if self.done:
             return
-        if self.steps and not self.moved and not self.feasible():
-            return  # misses the SLO unloaded: no bisection
-        self.steps += 1
         mid = 0.5 * (self.lo + self.hi)
-        if self.ok(mid):
-            self.lo, self.moved = mid, True
+        guess = self.ok.predict(self.lo, self.hi)
+        beat = floor * self.sv.devices  # the rate this configuration must exceed to win
+        if self.misses >= 2:
+            probe = mid  # the predictions do not help here: plain bisection
+        elif self.proven_per_gpu < floor and guess < beat and self.ok.known(beat) is None:
+            probe = beat  # predicted to lose: a miss at `beat` proves it
         else:
-            self.hi = mid
+            lo_f, hi_f = self._last_bracket(guess)
+            probe = lo_f if mid <= guess else hi_f
+            if self.ok.known(probe) is not None:
+                probe = mid
+        self.ok(probe)
+        before = self.steps
+        self._settle()
+        self.misses = 0 if self.steps > before or self.done else self.misses + 1
 
 
 def colocated_baseline(
@@ -140,6 +248,7 @@ def colocated_baseline(
     tps: Sequence[int] | None = None,
     memo: ColocatedMemo | None = None,
     engine: EngineSpec = None,
+    hints: dict[tuple[str, int], float] | None = None,
 ) -> Colocated:
     """Best per-GPU goodput of chunked-prefill instances under the percentile criterion.
 
@@ -151,6 +260,9 @@ def colocated_baseline(
     tensor-parallel degrees to try (default every valid one). ``memo``: shared across
     calls on the same workload, devices, dtypes and engine (an SLO sweep); same
     answers. ``engine``: as in :func:`solvers.pd.enumerate.evaluate_options`.
+    ``hints``: each configuration's goodput as a fraction of μ by ``(device id, TP)``,
+    where the first estimates go (a neighbouring cell's, e.g. of a length sweep), updated
+    with this call's; same answers, fewer estimates when the hints are close.
     """
     memo = memo or ColocatedMemo()
     cands = []
@@ -176,7 +288,18 @@ def colocated_baseline(
                 cands.append((sv, key))
     cands.sort(key=lambda c: -c[0].rate_per_s / c[0].devices)
     races = [
-        _Race(sv, _Meets(sv, slo, memo.estimates.setdefault(key, {})), rel_tol) for sv, key in cands
+        _Race(
+            sv,
+            _Meets(
+                sv,
+                slo,
+                memo.estimates.setdefault(key, {}),
+                memo.quantiles.setdefault(key, {}),
+                (hints or {}).get(key),
+            ),
+            rel_tol,
+        )
+        for sv, key in cands
     ]
     # best first: bisect the configuration with the highest upper bound hi/tp on its
     # per-GPU goodput; drop those whose bound is at most a proven rate of another
@@ -185,7 +308,11 @@ def colocated_baseline(
         live = [r for r in races if not r.done and r.bound > floor]
         if not live:
             break
-        max(live, key=lambda r: r.bound).step()
+        max(live, key=lambda r: r.bound).advance(floor)
+    if hints is not None:
+        for r, (_, key) in zip(races, cands, strict=True):
+            guess = r.lo if r.done and r.moved else r.ok.predict(r.lo, r.hi)
+            hints[key] = guess / r.sv.rate_per_s
     best: Colocated | None = None
     floors = []
     for r in races:

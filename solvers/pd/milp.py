@@ -31,7 +31,7 @@ from hardware.device import Device
 from perfmodel.errors import InfeasibleError, SolverError, SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.pd.config import PhaseGoodput
-from perfmodel.pd.simulate import Deployment, Pool
+from perfmodel.pd.deployment import Deployment, Pool
 from perfmodel.workload.arrivals import check_rate
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
@@ -42,6 +42,7 @@ from solvers.pd.enumerate import (
     PhaseProfiles,
     check_feasible,
     evaluate_options,
+    one_blas_thread,
 )
 from solvers.pd.fluid import fluid_optimum
 from solvers.pd.results import Allocation, Constraint, PDPlan
@@ -125,6 +126,7 @@ def _solve(
     return sol, name, "optimal" if optimal else "time_limit"
 
 
+@one_blas_thread()
 def plan_pd(
     model: ModelSpec,
     workload: Workload,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from perfmodel.pd.config import PhaseConfig
-from perfmodel.pd.simulate import Deployment
+from perfmodel.pd.deployment import Deployment
 from perfmodel.units import MS_PER_S
 from perfmodel.workload.slo import SLO
 

@@ -68,6 +68,24 @@ def test_memo_shared_across_slos_same_answers() -> None:
         assert shared == fresh
 
 
+def test_hints_move_estimates_not_answers() -> None:
+    """Hints from another workload (far off) and from the same one give the answer of no
+    hints; the same workload's hints need fewer latency estimates."""
+    slo = SLO(0.5, 0.05, percentile=0.9)
+    plain = colocated_baseline(MODEL, WORK, slo, devices=[H100])
+    far: dict[tuple[str, int], float] = {}
+    colocated_baseline(MODEL, Workload("f-128-1024", fixed_lengths(128, 1024)), slo,
+                       devices=[H100], hints=far)  # fmt: skip
+    assert colocated_baseline(MODEL, WORK, slo, devices=[H100], hints=far) == plain
+    own: dict[tuple[str, int], float] = {}
+    colocated_baseline(MODEL, WORK, slo, devices=[H100], hints=own)
+    memo_a, memo_b = ColocatedMemo(), ColocatedMemo()
+    assert colocated_baseline(MODEL, WORK, slo, devices=[H100], memo=memo_a, hints=own) == plain
+    colocated_baseline(MODEL, WORK, slo, devices=[H100], memo=memo_b)
+    count = [sum(map(len, m.estimates.values())) for m in (memo_a, memo_b)]
+    assert count[0] < count[1]
+
+
 @pytest.mark.slow  # about 15 s on an idle machine
 def test_slo_sweep_cells_equal_independent_cells() -> None:
     """The sweep shares its phase profiles and colocated estimates across cells; each cell

@@ -73,6 +73,29 @@ def test_mg1_tail_exact_for_mm1() -> None:
     assert c == pytest.approx(0.6, rel=0.03)
 
 
+def test_mg1_decay_rate_solves_lundberg_equation() -> None:
+    """γ (Newton from above) is the positive root of λ(E[e^{γS}] − 1) = γ, as scipy's brentq
+    finds it, for mixed service times at low and high load; and M/D/1 by hand: γ solves
+    λ(e^{γd} − 1) = γ, at ρ = 0.5, d = 1: γ ≈ 1.2564312086261697."""
+    from scipy.optimize import brentq
+
+    def lundberg(x: float, lam: float, s: np.ndarray, w: np.ndarray) -> float:
+        return lam * (float(w @ np.exp(x * s)) - 1.0) - x
+
+    rng = np.random.default_rng(7)
+    for rho in (0.05, 0.5, 0.95, 0.999):
+        s = rng.lognormal(-3.0, 1.2, 17)
+        w = rng.random(17)
+        w /= w.sum()
+        lam = rho / float(w @ s)
+        _, _, g = mg1_wait_tail(lam, s, w)
+        root = brentq(lundberg, 1e-9, 50 * g, args=(lam, s, w))
+        assert g == pytest.approx(root, rel=1e-9)
+    _, _, g = mg1_wait_tail(0.5, np.array([1.0]), np.array([1.0]))
+    assert 0.5 * (math.exp(g) - 1) == pytest.approx(g, rel=1e-12)
+    assert g == pytest.approx(1.2564312086261697, rel=1e-9)
+
+
 def test_md1_quantile_against_fcfs_simulation() -> None:
     """The prefill TTFT quantile (Cramér–Lundberg) vs an exact FCFS simulation (M/D/1)."""
     p = prefill_profile(OPT, _cfg("prefill", 2), fixed_lengths(755, 100), decode=_cfg("decode", 1))
