@@ -8,40 +8,46 @@ they are executed fast:
   global decode counter ``G`` and stores a decoder's context and generated count as
   offsets from it (``ctx = base + G``). The decode context of an iteration is then
   ``Σ base + n_dec·G``, and completions come from a heap keyed by the value of ``G``
-  at which each decoder reaches its output length. An ordinary iteration costs a few
-  microseconds whatever the batch size.
+  at which each decoder reaches its output length. An ordinary iteration costs about a
+  microsecond whatever the batch size.
+* **The common iteration in locals.** :func:`run_engine` keeps the engine's counters
+  (time, busy time, iterations, ``G``, KV held, decoders, ``Σ base``, the next arrival)
+  in local variables and runs the common iteration inline: arrivals, a decode-only step
+  (its time from :func:`perfmodel.sim.skip_ahead.decode_terms`, the step table's terms)
+  and completions. An iteration that admits requests is
+  :func:`perfmodel.sim.admission.admit_step`; one with prefills already running, more
+  decoders than the budget, or a preemption goes through the general
+  ``EngineState.schedule`` / ``admit`` / ``step`` (the counters written back first and
+  read again after).
 * **Decode-only skip-ahead (exact).** When no request is in prefill, no waiting request
   is admissible (the queue is empty, the budget is used up, or the head's first chunk
   does not fit: since the KV held only grows while everyone decodes, it stays blocked)
   and all decoders fit the budget, the next ``j`` iterations are identical except that
   the total context grows by ``n_dec`` per iteration. Their step times are evaluated
-  in one vectorized call (:meth:`perfmodel.step.table.StepTable.decode_run_s`) and
-  accumulated left to right (``numpy.cumsum``, the same float additions as the
-  iteration loop), and ``j`` stops at the first of: the next arrival (an iteration
-  starting at or after it must absorb it), the first completion (included: it is the
-  last iteration of the run), KV exhaustion (an iteration that would need a
-  preemption), and ``max_time_s``. Queue samples falling inside the run are recorded
-  as the loop would. ``skip_ahead=False`` runs every iteration one by one; both give
-  the same per-request times (tested).
-
-The loop is :func:`run_engine`; one iteration is, in order, ``EngineState.arrive``
-(arrivals join the queue), :func:`perfmodel.sim.skip_ahead.skip_ahead` (a decode-only
-run, when one applies), ``EngineState.schedule`` (the running requests' decodes and
-chunks, with preemption), ``EngineState.admit`` (waiting requests, FIFO) and
-``EngineState.step`` (the iteration's time and its effect), in
-:mod:`perfmodel.sim.engine_state`. State lives in one object with slots; the hot methods
-copy what they touch into locals.
+  in a tight loop, or for a long run in one vectorized call
+  (:meth:`perfmodel.step.table.StepTable.decode_run_s`) accumulated left to right
+  (``numpy.cumsum``, the same float additions as the iteration loop), and ``j`` stops
+  at the first of: the next arrival (an iteration starting at or after it must absorb
+  it), the first completion (included: it is the last iteration of the run), KV
+  exhaustion (an iteration that would need a preemption), and ``max_time_s``. Queue
+  samples falling inside the run are recorded as the loop would. ``skip_ahead=False``
+  runs every iteration one by one; both give the same per-request times, bit for bit
+  (tested).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from heapq import heappop
 
 import numpy as np
 from numpy.typing import NDArray
 
-from perfmodel.sim.engine_state import QUEUE_WARMUP, EngineState
-from perfmodel.sim.skip_ahead import skip_ahead as skip_run
+from perfmodel.errors import SpecError
+from perfmodel.sim.admission import make_admit_step
+from perfmodel.sim.engine_state import NO_TERMS, QUEUE_WARMUP, EngineState
+from perfmodel.sim.skip_ahead import MIN_RUN, make_skip_run
 
 Arr = NDArray[np.float64]
 
@@ -65,33 +71,112 @@ class EngineRun:
 
 def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
     """Run the engine from state ``e`` (its inputs already validated by ``simulate``)."""
-    max_time_s = e.max_time_s
-    n, arr, q_every, B = e.n, e.arr, e.q_every, e.B
-    arrive, sample, schedule, admit, step = e.arrive, e.sample, e.schedule, e.admit, e.step
+    n, arr, s_in, o_out, gen_done, M, B, C = e.n, e.arr, e.s_in, e.o_out, e.gen_done, e.M, e.B, e.C
+    room, max_time_s, q_every, waiting, act, pref, heap = (
+        M - e.reserve, e.max_time_s, e.q_every, e.waiting, e.act, e.pref, e.heap
+    )  # fmt: skip
+    ctx, req, isdec, seq_of, gfin, free, finish = (
+        e.ctx, e.req, e.isdec, e.seq_of, e.gfin, e.free, e.finish
+    )  # fmt: skip
+    q_t, q_len, q_kv, pc, tt, terms = e.q_t, e.q_len, e.q_kv, e.pc, e.tt, e.terms
+    admit_step = make_admit_step(e)
+    if terms is None:  # time_s is not the table's formula: the skip-ahead makes the same calls
+        skip_ahead = False
+    else:
+        skip_run = make_skip_run(e, terms)
+    token_s, rows_s, a_pp, a_dp, a_kv, a_tok, a_dx, over = terms or NO_TERMS
+    zero = a_pp * 0.0  # no prefill pairs
+    t, busy, dt, it, G, kv, nd, bs, nxt, sample_i = (
+        e.t, e.busy, e.dt, e.iterations, e.G, e.kv_used, e.n_dec, e.base_sum, e.nxt, e.sample_i
+    )  # fmt: skip
+    na = arr[nxt] if nxt < n else math.inf  # the next arrival
     while True:
-        if e.nxt < n and arr[e.nxt] <= e.t:
-            arrive()
-        if not e.act and not e.waiting:
-            if e.nxt >= n:
+        if na <= t:  # arrivals up to t join the queue (a request that can never fit: rejected)
+            while na <= t:
+                if s_in[nxt] + o_out[nxt] > M:
+                    e.rejected += 1
+                else:
+                    waiting.append(nxt)
+                nxt += 1
+                na = arr[nxt] if nxt < n else math.inf
+        if not act and not waiting:
+            if nxt >= n:
                 break
-            e.t = max(e.t, arr[e.nxt])
+            t = max(t, na)
             continue
-        if e.t > max_time_s:
+        if t > max_time_s:
             break
-        if (  # the cheap conditions of a decode-only run first (no call when they fail)
+        ran = None
+        if (  # a decode-only run that looks worth it (stepping gives the same; see skip_ahead)
             skip_ahead
-            and not e.pref
-            and e.iterations >= e.retry_at
-            and 0 < e.n_dec <= B
-            and e.sample_i >= QUEUE_WARMUP
-            and skip_run(e)
+            and not pref
+            and 0 < nd <= B
+            and sample_i >= QUEUE_WARMUP
+            and heap[0][0] >= G + MIN_RUN
+            and na - t >= MIN_RUN * dt
+            and it >= e.retry_at
+            and (  # the head of the queue is blocked
+                not waiting
+                or nd == B
+                or kv + nd + min(s_in[waiting[0]] + gen_done[waiting[0]], C, B - nd) > room
+            )
         ):
-            continue
-        if e.iterations % q_every == 0 or e.sample_i < QUEUE_WARMUP:
-            sample()
-        nd, budget, d_ctx, chunks, sel = schedule()
-        admit(budget, chunks)
-        step(nd, d_ctx, chunks, sel)
+            ran = skip_run(t, busy, dt, it, G, kv, nd, bs, na)
+        if ran is not None:
+            t, busy, dt, it, G, kv, sampled = ran
+            sample_i += sampled
+        else:
+            if it % q_every == 0 or sample_i < QUEUE_WARMUP:
+                q_t.append(t)
+                q_len.append(len(waiting))
+                q_kv.append(kv)
+                sample_i += 1
+            # running prefills, capped decodes, a preemption, admissions with a prefix cache
+            if pref or nd > B or kv + nd > M or (pc is not None and waiting and nd < B):
+                e.t, e.busy, e.dt, e.iterations, e.G, e.kv_used, e.n_dec, e.base_sum = (
+                    t, busy, dt, it, G, kv, nd, bs
+                )  # fmt: skip
+                e.iterate()
+                t, busy, dt, it, G, kv, nd, bs = (
+                    e.t, e.busy, e.dt, e.iterations, e.G, e.kv_used, e.n_dec, e.base_sum
+                )  # fmt: skip
+                continue
+            kv += nd  # the common case: every decoder advances, no prefill is running
+            d_ctx = bs + nd * G
+            stepped = admit_step(t, busy, it, G, kv, nd, bs, d_ctx) if waiting and nd < B else None
+            if stepped is not None:
+                t, busy, dt, it, G, kv, nd, bs = stepped
+            elif nd:  # decode-only: StepTable.time_s of (nd, nd, 0.0, d_ctx + nd, d_ctx)
+                if terms is None:
+                    dt = tt(nd, nd, 0.0, d_ctx + nd, d_ctx, 0, 0, nd)
+                else:
+                    c = zero + a_dp * (d_ctx + nd)
+                    m = a_kv * d_ctx + a_tok * nd + a_dx * d_ctx
+                    dt = token_s[nd] + rows_s[nd] + (m if m > c else c) + over
+                t = t + dt
+                busy += dt
+                it += 1
+                G += 1
+            else:  # nothing fits: the head request waits for memory that never frees
+                if not act and waiting:
+                    raise SpecError("a request cannot be admitted into an empty KV cache")
+                continue
+        while heap and heap[0][0] <= G:  # decoders that reached their output length
+            g, sq, k = heappop(heap)
+            if k in act and isdec[k] and seq_of[k] == sq and gfin[k] == g:
+                finish[req[k]] = t
+                kv -= ctx[k] + G
+                if pc is not None:
+                    pc.freed += ctx[k] + G
+                nd -= 1
+                bs -= ctx[k]
+                del act[k]
+                free.append(k)
+    e.t, e.busy, e.iterations, e.nxt = t, busy, it, nxt
+    return _result(e)
+
+
+def _result(e: EngineState) -> EngineRun:
     return EngineRun(
         first_token_s=np.asarray(e.first, dtype=np.float64),
         finish_s=np.asarray(e.finish, dtype=np.float64),
