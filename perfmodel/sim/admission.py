@@ -38,6 +38,7 @@ def make_admit_step(e: EngineState) -> AdmitStep:
     free, act, pref, heap, first, finish = e.free, e.act, e.pref, e.heap, e.first, e.finish
     tt, terms = e.tt, e.terms
     token_s, rows_s, a_pp, a_dp, a_kv, a_tok, a_dx, over = terms or NO_TERMS
+    inf = math.inf
 
     def admit_step(
         t: float, busy: float, it: int, G: int, kv: int, nd: int, bs: int, d_ctx: int
@@ -45,21 +46,22 @@ def make_admit_step(e: EngineState) -> AdmitStep:
         budget = B - nd
         r = waiting[0]
         rm = s_in[r] + gen_done[r]  # recompute prompt + generated after a preemption
-        c = min(rm, C, budget)
+        c = rm if rm < C else C  # min(rm, C, budget)
+        if c > budget:
+            c = budget
         if kv + c > room:
             return None
         G1 = G + 1  # G after this iteration
         new_first: list[int] = []  # requests whose first token ends this iteration
         done: list[int] = []  # slots whose request is complete then
-        pre_tok = pre_seqs = kv_read = new_dec = new_base = 0
+        pre_tok = pre_seqs = new_dec = new_base = 0  # pre_tok is also the KV read
         pairs = 0.0
         seq = e.seq
         while True:
             waiting.popleft()
             pre_tok += c
             pre_seqs += 1
-            pairs += c * 0 + c * (c + 1) / 2  # EngineState.step's sum: the chunk starts at 0
-            kv_read += c
+            pairs += c * (c + 1) / 2  # EngineState.step's c·0 + c(c+1)/2: it starts at 0
             kv += c
             budget -= c
             g0, o = gen_done[r], o_out[r]
@@ -76,7 +78,7 @@ def make_admit_step(e: EngineState) -> AdmitStep:
                 ctx[k], rem[k], gen[k], isdec[k] = c, rm - c, g0, False
                 pref[k] = None
             else:  # the prompt is done: its first token ends this iteration
-                if first[r] == math.inf:
+                if first[r] == inf:
                     new_first.append(r)
                 rem[k] = 0
                 if g0 + 1 >= o:
@@ -93,16 +95,18 @@ def make_admit_step(e: EngineState) -> AdmitStep:
                 break
             r = waiting[0]
             rm = s_in[r] + gen_done[r]
-            c = min(rm, C, budget)
+            c = rm if rm < C else C
+            if c > budget:
+                c = budget
             if kv + c > room:
                 break
         e.seq = seq
         if terms is None:
-            T, R, dp, kvr = nd + pre_tok, nd + pre_seqs, d_ctx + nd, d_ctx + kv_read
+            T, R, dp, kvr = nd + pre_tok, nd + pre_seqs, d_ctx + nd, d_ctx + pre_tok
             dt = tt(T, R, pairs, dp, kvr, pre_tok, pre_seqs, nd)
         else:  # StepTable.time_s inlined (engine_state.step_terms)
             pc_ = a_pp * pairs + a_dp * (d_ctx + nd)
-            pm = a_kv * (d_ctx + kv_read) + a_tok * (nd + pre_tok) + a_dx * d_ctx
+            pm = a_kv * (d_ctx + pre_tok) + a_tok * (nd + pre_tok) + a_dx * d_ctx
             dt = token_s[nd + pre_tok] + rows_s[nd + pre_seqs] + (pm if pm > pc_ else pc_) + over
         t = t + dt
         for r in new_first:

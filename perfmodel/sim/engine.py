@@ -90,6 +90,8 @@ def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
         e.t, e.busy, e.dt, e.iterations, e.G, e.kv_used, e.n_dec, e.base_sum, e.nxt, e.sample_i
     )  # fmt: skip
     na = arr[nxt] if nxt < n else math.inf  # the next arrival
+    gnext = heap[0][0] if heap else math.inf  # at most the next completion's G (the top)
+    warm, has_pc, exact = QUEUE_WARMUP, pc is not None, terms is not None
     while True:
         if na <= t:  # arrivals up to t join the queue (a request that can never fit: rejected)
             while na <= t:
@@ -106,13 +108,12 @@ def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
             continue
         if t > max_time_s:
             break
-        ran = None
         if (  # a decode-only run that looks worth it (stepping gives the same; see skip_ahead)
             skip_ahead
             and not pref
             and 0 < nd <= B
-            and sample_i >= QUEUE_WARMUP
-            and heap[0][0] >= G + MIN_RUN
+            and sample_i >= warm
+            and gnext >= G + MIN_RUN
             and na - t >= MIN_RUN * dt
             and it >= e.retry_at
             and (  # the head of the queue is blocked
@@ -120,19 +121,18 @@ def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
                 or nd == B
                 or kv + nd + min(s_in[waiting[0]] + gen_done[waiting[0]], C, B - nd) > room
             )
+            and (ran := skip_run(t, busy, dt, it, G, kv, nd, bs, na)) is not None
         ):
-            ran = skip_run(t, busy, dt, it, G, kv, nd, bs, na)
-        if ran is not None:
             t, busy, dt, it, G, kv, sampled = ran
             sample_i += sampled
         else:
-            if it % q_every == 0 or sample_i < QUEUE_WARMUP:
+            if it % q_every == 0 or sample_i < warm:
                 q_t.append(t)
                 q_len.append(len(waiting))
                 q_kv.append(kv)
                 sample_i += 1
-            # running prefills, capped decodes, a preemption, admissions with a prefix cache
-            if pref or nd > B or kv + nd > M or (pc is not None and waiting and nd < B):
+            # running prefills, a preemption, capped decodes, admissions with a prefix cache
+            if pref or kv + nd > M or nd > B or (has_pc and waiting and nd < B):
                 e.t, e.busy, e.dt, e.iterations, e.G, e.kv_used, e.n_dec, e.base_sum = (
                     t, busy, dt, it, G, kv, nd, bs
                 )  # fmt: skip
@@ -140,19 +140,20 @@ def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
                 t, busy, dt, it, G, kv, nd, bs = (
                     e.t, e.busy, e.dt, e.iterations, e.G, e.kv_used, e.n_dec, e.base_sum
                 )  # fmt: skip
+                gnext = heap[0][0] if heap else math.inf
                 continue
             kv += nd  # the common case: every decoder advances, no prefill is running
             d_ctx = bs + nd * G
-            stepped = admit_step(t, busy, it, G, kv, nd, bs, d_ctx) if waiting and nd < B else None
-            if stepped is not None:
-                t, busy, dt, it, G, kv, nd, bs = stepped
+            if waiting and nd < B and (s := admit_step(t, busy, it, G, kv, nd, bs, d_ctx)):
+                t, busy, dt, it, G, kv, nd, bs = s
+                gnext = heap[0][0] if heap else math.inf
             elif nd:  # decode-only: StepTable.time_s of (nd, nd, 0.0, d_ctx + nd, d_ctx)
-                if terms is None:
-                    dt = tt(nd, nd, 0.0, d_ctx + nd, d_ctx, 0, 0, nd)
-                else:
+                if exact:
                     c = zero + a_dp * (d_ctx + nd)
                     m = a_kv * d_ctx + a_tok * nd + a_dx * d_ctx
                     dt = token_s[nd] + rows_s[nd] + (m if m > c else c) + over
+                else:
+                    dt = tt(nd, nd, 0.0, d_ctx + nd, d_ctx, 0, 0, nd)
                 t = t + dt
                 busy += dt
                 it += 1
@@ -161,17 +162,19 @@ def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
                 if not act and waiting:
                     raise SpecError("a request cannot be admitted into an empty KV cache")
                 continue
-        while heap and heap[0][0] <= G:  # decoders that reached their output length
-            g, sq, k = heappop(heap)
-            if k in act and isdec[k] and seq_of[k] == sq and gfin[k] == g:
-                finish[req[k]] = t
-                kv -= ctx[k] + G
-                if pc is not None:
-                    pc.freed += ctx[k] + G
-                nd -= 1
-                bs -= ctx[k]
-                del act[k]
-                free.append(k)
+        if gnext <= G:  # decoders that reached their output length (a lower bound of the top)
+            while heap and heap[0][0] <= G:
+                g, sq, k = heappop(heap)
+                if k in act and isdec[k] and seq_of[k] == sq and gfin[k] == g:
+                    finish[req[k]] = t
+                    kv -= ctx[k] + G
+                    if has_pc:
+                        pc.freed += ctx[k] + G  # type: ignore[union-attr]
+                    nd -= 1
+                    bs -= ctx[k]
+                    del act[k]
+                    free.append(k)
+            gnext = heap[0][0] if heap else math.inf
     e.t, e.busy, e.iterations, e.nxt = t, busy, it, nxt
     return _result(e)
 
