@@ -18,10 +18,8 @@ import math
 from collections.abc import Callable
 from heapq import heappush
 
-from perfmodel.sim.engine_state import NO_TERMS, EngineState
+from perfmodel.sim.engine_state import NO_TERMS, Counters, EngineState
 
-#: t, busy time, the iteration's time, iterations, G, KV held, decoders, Σ base
-Counters = tuple[float, float, float, int, int, int, int, int]
 AdmitStep = Callable[[float, float, int, int, int, int, int, int], Counters | None]
 
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from heapq import heappop
+from heapq import heappop, heappush
 
 import numpy as np
 from numpy.typing import NDArray
@@ -72,25 +72,22 @@ class EngineRun:
 def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
     """Run the engine from state ``e`` (its inputs already validated by ``simulate``)."""
     n, arr, s_in, o_out, gen_done, M, B, C = e.n, e.arr, e.s_in, e.o_out, e.gen_done, e.M, e.B, e.C
-    room, max_time_s, q_every, waiting, act, pref, heap = (
-        M - e.reserve, e.max_time_s, e.q_every, e.waiting, e.act, e.pref, e.heap
+    room, max_time_s, q_every, waiting, act, pref, heap, first = (
+        M - e.reserve, e.max_time_s, e.q_every, e.waiting, e.act, e.pref, e.heap, e.first
     )  # fmt: skip
-    ctx, req, isdec, seq_of, gfin, free, finish = (
-        e.ctx, e.req, e.isdec, e.seq_of, e.gfin, e.free, e.finish
+    ctx, req, isdec, seq_of, gfin, free, finish, out, rem, gen = (
+        e.ctx, e.req, e.isdec, e.seq_of, e.gfin, e.free, e.finish, e.out, e.rem, e.gen
     )  # fmt: skip
     q_t, q_len, q_kv, pc, tt, terms = e.q_t, e.q_len, e.q_kv, e.pc, e.tt, e.terms
-    admit_step = make_admit_step(e)
-    if terms is None:  # time_s is not the table's formula: the skip-ahead makes the same calls
-        skip_ahead = False
-    else:
-        skip_run = make_skip_run(e, terms)
+    admit_step, skip_run = make_admit_step(e), make_skip_run(e, terms)
+    skip_ahead = skip_ahead and terms is not None  # else the skip-ahead makes the same calls
     token_s, rows_s, a_pp, a_dp, a_kv, a_tok, a_dx, over = terms or NO_TERMS
-    zero = a_pp * 0.0  # no prefill pairs
+    zero, inf = a_pp * 0.0, math.inf  # no prefill pairs
     t, busy, dt, it, G, kv, nd, bs, nxt, sample_i = (
         e.t, e.busy, e.dt, e.iterations, e.G, e.kv_used, e.n_dec, e.base_sum, e.nxt, e.sample_i
     )  # fmt: skip
-    na = arr[nxt] if nxt < n else math.inf  # the next arrival
-    gnext = heap[0][0] if heap else math.inf  # at most the next completion's G (the top)
+    na = arr[nxt] if nxt < n else inf  # the next arrival
+    gnext = heap[0][0] if heap else inf  # at most the next completion's G (the top)
     warm, has_pc, exact = QUEUE_WARMUP, pc is not None, terms is not None
     while True:
         if na <= t:  # arrivals up to t join the queue (a request that can never fit: rejected)
@@ -100,7 +97,7 @@ def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
                 else:
                     waiting.append(nxt)
                 nxt += 1
-                na = arr[nxt] if nxt < n else math.inf
+                na = arr[nxt] if nxt < n else inf
         if not act and not waiting:
             if nxt >= n:
                 break
@@ -108,21 +105,13 @@ def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
             continue
         if t > max_time_s:
             break
-        if (  # a decode-only run that looks worth it (stepping gives the same; see skip_ahead)
-            skip_ahead
-            and not pref
-            and 0 < nd <= B
-            and sample_i >= warm
-            and gnext >= G + MIN_RUN
-            and na - t >= MIN_RUN * dt
-            and it >= e.retry_at
-            and (  # the head of the queue is blocked
-                not waiting
-                or nd == B
-                or kv + nd + min(s_in[waiting[0]] + gen_done[waiting[0]], C, B - nd) > room
-            )
-            and (ran := skip_run(t, busy, dt, it, G, kv, nd, bs, na)) is not None
-        ):
+        # a decode-only run that looks worth it (stepping gives the same; see skip_ahead)
+        # when no prefill runs, the decoders fit the budget and the queue's head is blocked
+        if (skip_ahead and not pref and 0 < nd <= B and sample_i >= warm
+                and gnext >= G + MIN_RUN and na - t >= MIN_RUN * dt and it >= e.retry_at
+                and (not waiting or nd == B or kv + nd + min(
+                    s_in[waiting[0]] + gen_done[waiting[0]], C, B - nd) > room)
+                and (ran := skip_run(t, busy, dt, it, G, kv, nd, bs, na)) is not None):  # fmt: skip
             t, busy, dt, it, G, kv, sampled = ran
             sample_i += sampled
         else:
@@ -133,22 +122,44 @@ def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
                 sample_i += 1
             # running prefills, a preemption, capped decodes, admissions with a prefix cache
             if pref or kv + nd > M or nd > B or (has_pc and waiting and nd < B):
-                e.t, e.busy, e.dt, e.iterations, e.G, e.kv_used, e.n_dec, e.base_sum = (
-                    t, busy, dt, it, G, kv, nd, bs
-                )  # fmt: skip
-                e.iterate()
-                t, busy, dt, it, G, kv, nd, bs = (
-                    e.t, e.busy, e.dt, e.iterations, e.G, e.kv_used, e.n_dec, e.base_sum
-                )  # fmt: skip
-                gnext = heap[0][0] if heap else math.inf
+                t, busy, dt, it, G, kv, nd, bs = e.iterate_from(t, busy, dt, it, G, kv, nd, bs)
+                gnext = heap[0][0] if heap else inf
                 continue
             kv += nd  # the common case: every decoder advances, no prefill is running
             d_ctx = bs + nd * G
-            if waiting and nd < B and (s := admit_step(t, busy, it, G, kv, nd, bs, d_ctx)):
-                t, busy, dt, it, G, kv, nd, bs = s
-                gnext = heap[0][0] if heap else math.inf
-            elif nd:  # decode-only: StepTable.time_s of (nd, nd, 0.0, d_ctx + nd, d_ctx)
-                if exact:
+            decode_only = not waiting or nd >= B
+            if not decode_only:
+                r = waiting[0]
+                rm, g0 = s_in[r] + gen_done[r], gen_done[r]
+                if (exact and free and len(waiting) == 1 and g0 + 1 < o_out[r]
+                        and rm <= C and nd + rm <= B and kv + rm <= room):  # fmt: skip
+                    # admit_step for its commonest case: one request, its whole prompt in
+                    # one chunk, a decoder after it (the same operations, no call)
+                    waiting.popleft()
+                    G += 1
+                    k, o, sq = free.pop(), o_out[r], e.seq
+                    req[k], out[k], seq_of[k], rem[k], act[k], e.seq = r, o, sq, 0, None, sq + 1
+                    ctx[k], gen[k], isdec[k], gfin[k] = rm - G, g0 + 1 - G, True, o - g0 - 1 + G
+                    heappush(heap, (gfin[k], sq, k))
+                    c = a_pp * (rm * (rm + 1) / 2) + a_dp * (d_ctx + nd)
+                    m = a_kv * (d_ctx + rm) + a_tok * (nd + rm) + a_dx * d_ctx
+                    dt = token_s[nd + rm] + rows_s[nd + 1] + (m if m > c else c) + over
+                    t = t + dt
+                    if first[r] == inf:
+                        first[r] = t
+                    busy, it, kv, nd, bs = busy + dt, it + 1, kv + rm, nd + 1, bs + rm - G
+                    gnext = heap[0][0]
+                elif s := admit_step(t, busy, it, G, kv, nd, bs, d_ctx):
+                    t, busy, dt, it, G, kv, nd, bs = s
+                    gnext = heap[0][0] if heap else inf
+                else:
+                    decode_only = True
+            if decode_only:
+                if not nd:  # nothing fits: the head request waits for memory that never frees
+                    if not act and waiting:
+                        raise SpecError("a request cannot be admitted into an empty KV cache")
+                    continue
+                if exact:  # StepTable.time_s of (nd, nd, 0.0, d_ctx + nd, d_ctx) inlined
                     c = zero + a_dp * (d_ctx + nd)
                     m = a_kv * d_ctx + a_tok * nd + a_dx * d_ctx
                     dt = token_s[nd] + rows_s[nd] + (m if m > c else c) + over
@@ -158,10 +169,6 @@ def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
                 busy += dt
                 it += 1
                 G += 1
-            else:  # nothing fits: the head request waits for memory that never frees
-                if not act and waiting:
-                    raise SpecError("a request cannot be admitted into an empty KV cache")
-                continue
         if gnext <= G:  # decoders that reached their output length (a lower bound of the top)
             while heap and heap[0][0] <= G:
                 g, sq, k = heappop(heap)
@@ -174,7 +181,7 @@ def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
                     bs -= ctx[k]
                     del act[k]
                     free.append(k)
-            gnext = heap[0][0] if heap else math.inf
+            gnext = heap[0][0] if heap else inf
     e.t, e.busy, e.iterations, e.nxt = t, busy, it, nxt
     return _result(e)
 

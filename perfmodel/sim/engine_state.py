@@ -27,6 +27,8 @@ QUEUE_WARMUP = 64  # the first this many iterations are all sampled (and no skip
 #: :meth:`StepTable.time_s`'s terms as Python floats: token_s, rows_s (lists), a_pp, a_dp,
 #: a_kv, a_tok, a_dx, over
 StepTerms = tuple[list[float], list[float], float, float, float, float, float, float]
+#: the loop's counters: t, busy time, the last step, iterations, G, KV held, decoders, Σ base
+Counters = tuple[float, float, float, int, int, int, int, int]
 NO_TERMS: StepTerms = ([], [], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # placeholders when None
 
 
@@ -126,11 +128,21 @@ class EngineState:
         self.dt = 0.0  # the last iteration's time
         self.retry_at = 0  # a decode-only run is known to be impossible before this iteration
 
-    def iterate(self) -> None:
-        """One iteration in the general case: schedule, admit, step (the counters in ``self``)."""
+    def iterate_from(
+        self, t: float, busy: float, dt: float, it: int, G: int, kv: int, nd: int, bs: int
+    ) -> Counters:
+        """One iteration in the general case (schedule, admit, step) from the loop's
+        counters (time, busy time, last step, iterations, G, KV held, decoders, Σ base);
+        returns them after it."""
+        self.t, self.busy, self.dt, self.iterations, self.G = t, busy, dt, it, G
+        self.kv_used, self.n_dec, self.base_sum = kv, nd, bs
         nd, budget, d_ctx, chunks, sel = self.schedule()
         self.admit(budget, chunks)
         self.step(nd, d_ctx, chunks, sel)
+        return (
+            self.t, self.busy, self.dt, self.iterations, self.G, self.kv_used, self.n_dec,
+            self.base_sum,
+        )  # fmt: skip
 
     def valid(self, entry: tuple[int, int, int]) -> bool:
         g, sq, k = entry

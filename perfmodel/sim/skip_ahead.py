@@ -8,7 +8,7 @@ from heapq import heappop
 
 import numpy as np
 
-from perfmodel.sim.engine_state import EngineState, StepTerms
+from perfmodel.sim.engine_state import NO_TERMS, EngineState, StepTerms
 
 # Decode-only runs at least this long are evaluated with numpy (~30 µs a call); shorter
 # ones in a scalar loop (~0.2 µs an iteration). The result is the same either way.
@@ -24,7 +24,7 @@ RunCounters = tuple[float, float, float, int, int, int, int]
 SkipRun = Callable[[float, float, float, int, int, int, int, int, float], RunCounters | None]
 
 
-def make_skip_run(e: EngineState, terms: StepTerms) -> SkipRun:
+def make_skip_run(e: EngineState, terms: StepTerms | None) -> SkipRun:
     """``skip_run(t, busy, dt, iterations, G, kv, n_dec, Σ base, next arrival)``: advance a
     run of identical decode-only iterations of ``e`` if one applies, from the loop's
     counters; None if the next iteration must be stepped on its own. The loop checked
@@ -34,7 +34,7 @@ def make_skip_run(e: EngineState, terms: StepTerms) -> SkipRun:
         e.heap, e.act, e.isdec, e.seq_of, e.gfin, e.M, e.max_time_s
     )  # fmt: skip
     q_every, q_t, q_len, q_kv, waiting = e.q_every, e.q_t, e.q_len, e.q_kv, e.waiting
-    token_s, rows_s, a_pp, a_dp, a_kv, a_tok, a_dx, over = terms
+    token_s, rows_s, a_pp, a_dp, a_kv, a_tok, a_dx, over = terms or NO_TERMS  # None: unused
     zero = a_pp * 0.0  # no prefill pairs
 
     def skip_run(
