@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ from perfmodel.workload.presets import preset
 class CalledTable(StepTable):
     """The same table, its ``time_s`` overridden: the loop calls it for every iteration."""
 
-    def time_s(self, *args, **kwargs) -> float:  # type: ignore[no-untyped-def]
+    def time_s(self, *args: Any, **kwargs: Any) -> float:
         return super().time_s(*args, **kwargs)
 
 
@@ -70,7 +71,9 @@ def run(table: StepTable, case: str, skip_ahead: bool) -> SimResult:
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_fast_paths_equal_the_called_table_bit_for_bit(tables, case: str) -> None:  # type: ignore[no-untyped-def]
+def test_fast_paths_equal_the_called_table_bit_for_bit(
+    tables: dict[int, StepTable], case: str
+) -> None:
     B = CASES[case][4]
     table = tables[B]
     called = CalledTable(**table.__dict__)
@@ -84,7 +87,7 @@ def test_fast_paths_equal_the_called_table_bit_for_bit(tables, case: str) -> Non
             assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, (case, skip, f)
 
 
-def test_step_terms_give_time_s_bit_for_bit(tables) -> None:  # type: ignore[no-untyped-def]
+def test_step_terms_give_time_s_bit_for_bit(tables: dict[int, StepTable]) -> None:
     table = tables[8192]
     terms = step_terms(table)
     assert terms is not None
