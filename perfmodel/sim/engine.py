@@ -11,20 +11,26 @@ they are executed fast:
   at which each decoder reaches its output length. An ordinary iteration costs about a
   microsecond whatever the batch size.
 * **The common iteration in locals.** :func:`run_engine` keeps the engine's counters
-  (time, busy time, iterations, ``G``, KV held, decoders, ``Σ base``, the next arrival)
-  in local variables and runs the common iteration inline: arrivals, a decode-only step
-  (its time from :func:`perfmodel.sim.skip_ahead.decode_terms`, the step table's terms)
-  and completions. An iteration that admits requests is
-  :func:`perfmodel.sim.admission.admit_step`; one with prefills already running, more
-  decoders than the budget, or a preemption goes through the general
-  ``EngineState.schedule`` / ``admit`` / ``step`` (the counters written back first and
-  read again after).
+  (time, busy time, iterations, ``G``, KV held, decoders, ``Σ base``, the next arrival,
+  a lower bound of the next completion's ``G``) in local variables and runs the common
+  iteration inline: arrivals, a decode-only step (``StepTable.time_s`` inlined from
+  :func:`perfmodel.sim.engine_state.step_terms`), the commonest admission (one waiting
+  request whose whole prompt fits one chunk) and completions. Other admissions are
+  :func:`perfmodel.sim.admission.make_admit_step`; an iteration with prefills already
+  running, more decoders than the budget, a preemption, or admissions with a prefix
+  cache goes through the general ``EngineState.schedule`` / ``admit`` / ``step``
+  (:meth:`EngineState.iterate_from`: the counters written back first and read after).
+  Every path performs the float operations of the general one in its order, so the
+  results are the same bit for bit (``tests/unit/test_sim_loop.py`` runs a table whose
+  ``time_s`` is called for every iteration against the inlined one).
 * **Decode-only skip-ahead (exact).** When no request is in prefill, no waiting request
   is admissible (the queue is empty, the budget is used up, or the head's first chunk
   does not fit: since the KV held only grows while everyone decodes, it stays blocked)
   and all decoders fit the budget, the next ``j`` iterations are identical except that
   the total context grows by ``n_dec`` per iteration. Their step times are evaluated
-  in a tight loop, or for a long run in one vectorized call
+  in a tight loop (:func:`perfmodel.sim.skip_ahead.make_skip_run`, tried only when the
+  next completion and arrival look at least ``MIN_RUN`` iterations away: shorter runs
+  cost more to set up than to step), or for a long run in one vectorized call
   (:meth:`perfmodel.step.table.StepTable.decode_run_s`) accumulated left to right
   (``numpy.cumsum``, the same float additions as the iteration loop), and ``j`` stops
   at the first of: the next arrival (an iteration starting at or after it must absorb
