@@ -43,6 +43,7 @@ they are executed fast:
 
 from __future__ import annotations
 
+import gc
 import math
 from dataclasses import dataclass
 from heapq import heappop, heappush
@@ -76,7 +77,21 @@ class EngineRun:
 
 
 def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
-    """Run the engine from state ``e`` (its inputs already validated by ``simulate``)."""
+    """Run the engine from state ``e`` (its inputs already validated by ``simulate``).
+
+    The loop creates no reference cycles, so the cyclic garbage collector is paused while
+    it runs (its passes over the young tuples cost ~5 % of a busy run) and restored after.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _run(e, skip_ahead)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run(e: EngineState, skip_ahead: bool) -> EngineRun:
     n, arr, s_in, o_out, gen_done, M, B, C = e.n, e.arr, e.s_in, e.o_out, e.gen_done, e.M, e.B, e.C
     room, max_time_s, q_every, waiting, act, pref, heap, first = (
         M - e.reserve, e.max_time_s, e.q_every, e.waiting, e.act, e.pref, e.heap, e.first

@@ -11,6 +11,7 @@ run — every request's first-token and finish time, the counters, the queue sam
 from __future__ import annotations
 
 import dataclasses
+import gc
 import math
 from typing import Any
 
@@ -109,3 +110,14 @@ def test_step_terms_give_time_s_bit_for_bit(tables: dict[int, StepTable]) -> Non
         cc = a_pp * pairs + a_dp * dp
         m = a_kv * kv + a_tok * T + a_dx * (dp - nd)
         assert token_s[T] + rows_s[R] + (m if m > cc else cc) + over == want
+
+
+def test_the_garbage_collector_is_restored(tables: dict[int, StepTable]) -> None:
+    was = gc.isenabled()
+    try:
+        for state in (True, False):
+            (gc.enable if state else gc.disable)()
+            run(tables[8192], "burst", skip_ahead=True)
+            assert gc.isenabled() is state
+    finally:
+        (gc.enable if was else gc.disable)()
