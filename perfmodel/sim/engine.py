@@ -8,40 +8,53 @@ they are executed fast:
   global decode counter ``G`` and stores a decoder's context and generated count as
   offsets from it (``ctx = base + G``). The decode context of an iteration is then
   ``Σ base + n_dec·G``, and completions come from a heap keyed by the value of ``G``
-  at which each decoder reaches its output length. An ordinary iteration costs a few
-  microseconds whatever the batch size.
+  at which each decoder reaches its output length. An ordinary iteration costs about a
+  microsecond whatever the batch size.
+* **The common iteration in locals.** :func:`run_engine` keeps the engine's counters
+  (time, busy time, iterations, ``G``, KV held, decoders, ``Σ base``, the next arrival,
+  a lower bound of the next completion's ``G``) in local variables and runs the common
+  iteration inline: arrivals, a decode-only step (``StepTable.time_s`` inlined from
+  :func:`perfmodel.sim.engine_state.step_terms`), the commonest admission (one waiting
+  request whose whole prompt fits one chunk) and completions. Other admissions are
+  :func:`perfmodel.sim.admission.make_admit_step`; an iteration with prefills already
+  running, more decoders than the budget, a preemption, or admissions with a prefix
+  cache goes through the general ``EngineState.schedule`` / ``admit`` / ``step``
+  (:meth:`EngineState.iterate_from`: the counters written back first and read after).
+  Every path performs the float operations of the general one in its order, so the
+  results are the same bit for bit (``tests/unit/test_sim_loop.py`` runs a table whose
+  ``time_s`` is called for every iteration against the inlined one).
 * **Decode-only skip-ahead (exact).** When no request is in prefill, no waiting request
   is admissible (the queue is empty, the budget is used up, or the head's first chunk
   does not fit: since the KV held only grows while everyone decodes, it stays blocked)
   and all decoders fit the budget, the next ``j`` iterations are identical except that
   the total context grows by ``n_dec`` per iteration. Their step times are evaluated
-  in one vectorized call (:meth:`perfmodel.step.table.StepTable.decode_run_s`) and
-  accumulated left to right (``numpy.cumsum``, the same float additions as the
-  iteration loop), and ``j`` stops at the first of: the next arrival (an iteration
-  starting at or after it must absorb it), the first completion (included: it is the
-  last iteration of the run), KV exhaustion (an iteration that would need a
-  preemption), and ``max_time_s``. Queue samples falling inside the run are recorded
-  as the loop would. ``skip_ahead=False`` runs every iteration one by one; both give
-  the same per-request times (tested).
-
-The loop is :func:`run_engine`; one iteration is, in order, ``EngineState.arrive``
-(arrivals join the queue), :func:`perfmodel.sim.skip_ahead.skip_ahead` (a decode-only
-run, when one applies), ``EngineState.schedule`` (the running requests' decodes and
-chunks, with preemption), ``EngineState.admit`` (waiting requests, FIFO) and
-``EngineState.step`` (the iteration's time and its effect), in
-:mod:`perfmodel.sim.engine_state`. State lives in one object with slots; the hot methods
-copy what they touch into locals.
+  in a tight loop (:func:`perfmodel.sim.skip_ahead.make_skip_run`, tried only when the
+  next completion and arrival look at least ``MIN_RUN`` iterations away: shorter runs
+  cost more to set up than to step), or for a long run in one vectorized call
+  (:meth:`perfmodel.step.table.StepTable.decode_run_s`) accumulated left to right
+  (``numpy.cumsum``, the same float additions as the iteration loop), and ``j`` stops
+  at the first of: the next arrival (an iteration starting at or after it must absorb
+  it), the first completion (included: it is the last iteration of the run), KV
+  exhaustion (an iteration that would need a preemption), and ``max_time_s``. Queue
+  samples falling inside the run are recorded as the loop would. ``skip_ahead=False``
+  runs every iteration one by one; both give the same per-request times, bit for bit
+  (tested).
 """
 
 from __future__ import annotations
 
+import gc
+import math
 from dataclasses import dataclass
+from heapq import heappop, heappush
 
 import numpy as np
 from numpy.typing import NDArray
 
-from perfmodel.sim.engine_state import QUEUE_WARMUP, EngineState
-from perfmodel.sim.skip_ahead import skip_ahead as skip_run
+from perfmodel.errors import SpecError
+from perfmodel.sim.admission import make_admit_step
+from perfmodel.sim.engine_state import NO_TERMS, QUEUE_WARMUP, EngineState
+from perfmodel.sim.skip_ahead import MIN_RUN, make_skip_run
 
 Arr = NDArray[np.float64]
 
@@ -64,34 +77,137 @@ class EngineRun:
 
 
 def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
-    """Run the engine from state ``e`` (its inputs already validated by ``simulate``)."""
-    max_time_s = e.max_time_s
-    n, arr, q_every, B = e.n, e.arr, e.q_every, e.B
-    arrive, sample, schedule, admit, step = e.arrive, e.sample, e.schedule, e.admit, e.step
+    """Run the engine from state ``e`` (its inputs already validated by ``simulate``).
+
+    The loop creates no reference cycles, so the cyclic garbage collector is paused while
+    it runs (its passes over the young tuples cost ~5 % of a busy run) and restored after.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _run(e, skip_ahead)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run(e: EngineState, skip_ahead: bool) -> EngineRun:
+    n, arr, s_in, o_out, gen_done, M, B, C = e.n, e.arr, e.s_in, e.o_out, e.gen_done, e.M, e.B, e.C
+    room, max_time_s, q_every, waiting, act, pref, heap, first = (
+        M - e.reserve, e.max_time_s, e.q_every, e.waiting, e.act, e.pref, e.heap, e.first
+    )  # fmt: skip
+    ctx, req, isdec, seq_of, gfin, free, finish, out, rem, gen = (
+        e.ctx, e.req, e.isdec, e.seq_of, e.gfin, e.free, e.finish, e.out, e.rem, e.gen
+    )  # fmt: skip
+    q_t, q_len, q_kv, pc, tt, terms = e.q_t, e.q_len, e.q_kv, e.pc, e.tt, e.terms
+    admit_step, skip_run = make_admit_step(e), make_skip_run(e, terms)
+    skip_ahead = skip_ahead and terms is not None  # else the skip-ahead makes the same calls
+    token_s, rows_s, a_pp, a_dp, a_kv, a_tok, a_dx, over = terms or NO_TERMS
+    zero, inf = a_pp * 0.0, math.inf  # no prefill pairs
+    t, busy, dt, it, G, kv, nd, bs, nxt, sample_i = (
+        e.t, e.busy, e.dt, e.iterations, e.G, e.kv_used, e.n_dec, e.base_sum, e.nxt, e.sample_i
+    )  # fmt: skip
+    na = arr[nxt] if nxt < n else inf  # the next arrival
+    gnext = heap[0][0] if heap else inf  # at most the next completion's G (the top)
+    warm, has_pc, exact = QUEUE_WARMUP, pc is not None, terms is not None
     while True:
-        if e.nxt < n and arr[e.nxt] <= e.t:
-            arrive()
-        if not e.act and not e.waiting:
-            if e.nxt >= n:
+        if na <= t:  # arrivals up to t join the queue (a request that can never fit: rejected)
+            while na <= t:
+                if s_in[nxt] + o_out[nxt] > M:
+                    e.rejected += 1
+                else:
+                    waiting.append(nxt)
+                nxt += 1
+                na = arr[nxt] if nxt < n else inf
+        if not act and not waiting:
+            if nxt >= n:
                 break
-            e.t = max(e.t, arr[e.nxt])
+            t = max(t, na)
             continue
-        if e.t > max_time_s:
+        if t > max_time_s:
             break
-        if (  # the cheap conditions of a decode-only run first (no call when they fail)
-            skip_ahead
-            and not e.pref
-            and e.iterations >= e.retry_at
-            and 0 < e.n_dec <= B
-            and e.sample_i >= QUEUE_WARMUP
-            and skip_run(e)
-        ):
-            continue
-        if e.iterations % q_every == 0 or e.sample_i < QUEUE_WARMUP:
-            sample()
-        nd, budget, d_ctx, chunks, sel = schedule()
-        admit(budget, chunks)
-        step(nd, d_ctx, chunks, sel)
+        # a decode-only run that looks worth it (stepping gives the same; see skip_ahead)
+        # when no prefill runs, the decoders fit the budget and the queue's head is blocked
+        if (skip_ahead and not pref and 0 < nd <= B and sample_i >= warm
+                and gnext >= G + MIN_RUN and na - t >= MIN_RUN * dt and it >= e.retry_at
+                and (not waiting or nd == B or kv + nd + min(
+                    s_in[waiting[0]] + gen_done[waiting[0]], C, B - nd) > room)
+                and (ran := skip_run(t, busy, dt, it, G, kv, nd, bs, na)) is not None):  # fmt: skip
+            t, busy, dt, it, G, kv, sampled = ran
+            sample_i += sampled
+        else:
+            if it % q_every == 0 or sample_i < warm:
+                q_t.append(t)
+                q_len.append(len(waiting))
+                q_kv.append(kv)
+                sample_i += 1
+            # running prefills, a preemption, capped decodes, admissions with a prefix cache
+            if pref or kv + nd > M or nd > B or (has_pc and waiting and nd < B):
+                t, busy, dt, it, G, kv, nd, bs = e.iterate_from(t, busy, dt, it, G, kv, nd, bs)
+                gnext = heap[0][0] if heap else inf
+                continue
+            kv += nd  # the common case: every decoder advances, no prefill is running
+            d_ctx = bs + nd * G
+            decode_only = not waiting or nd >= B
+            if not decode_only:
+                r = waiting[0]
+                rm, g0 = s_in[r] + gen_done[r], gen_done[r]
+                if (exact and free and len(waiting) == 1 and g0 + 1 < o_out[r]
+                        and rm <= C and nd + rm <= B and kv + rm <= room):  # fmt: skip
+                    # admit_step for its commonest case: one request, its whole prompt in
+                    # one chunk, a decoder after it (the same operations, no call)
+                    waiting.popleft()
+                    G += 1
+                    k, o, sq = free.pop(), o_out[r], e.seq
+                    req[k], out[k], seq_of[k], rem[k], act[k], e.seq = r, o, sq, 0, None, sq + 1
+                    ctx[k], gen[k], isdec[k], gfin[k] = rm - G, g0 + 1 - G, True, o - g0 - 1 + G
+                    heappush(heap, (gfin[k], sq, k))
+                    c = a_pp * (rm * (rm + 1) / 2) + a_dp * (d_ctx + nd)
+                    m = a_kv * (d_ctx + rm) + a_tok * (nd + rm) + a_dx * d_ctx
+                    dt = token_s[nd + rm] + rows_s[nd + 1] + (m if m > c else c) + over
+                    t = t + dt
+                    if first[r] == inf:
+                        first[r] = t
+                    busy, it, kv, nd, bs = busy + dt, it + 1, kv + rm, nd + 1, bs + rm - G
+                    gnext = heap[0][0]
+                elif s := admit_step(t, busy, it, G, kv, nd, bs, d_ctx):
+                    t, busy, dt, it, G, kv, nd, bs = s
+                    gnext = heap[0][0] if heap else inf
+                else:
+                    decode_only = True
+            if decode_only:
+                if not nd:  # nothing fits: the head request waits for memory that never frees
+                    if not act and waiting:
+                        raise SpecError("a request cannot be admitted into an empty KV cache")
+                    continue
+                if exact:  # StepTable.time_s of (nd, nd, 0.0, d_ctx + nd, d_ctx) inlined
+                    c = zero + a_dp * (d_ctx + nd)
+                    m = a_kv * d_ctx + a_tok * nd + a_dx * d_ctx
+                    dt = token_s[nd] + rows_s[nd] + (m if m > c else c) + over
+                else:
+                    dt = tt(nd, nd, 0.0, d_ctx + nd, d_ctx, 0, 0, nd)
+                t = t + dt
+                busy += dt
+                it += 1
+                G += 1
+        if gnext <= G:  # decoders that reached their output length (a lower bound of the top)
+            while heap and heap[0][0] <= G:
+                g, sq, k = heappop(heap)
+                if k in act and isdec[k] and seq_of[k] == sq and gfin[k] == g:
+                    finish[req[k]] = t
+                    kv -= ctx[k] + G
+                    if has_pc:
+                        pc.freed += ctx[k] + G  # type: ignore[union-attr]
+                    nd -= 1
+                    bs -= ctx[k]
+                    del act[k]
+                    free.append(k)
+            gnext = heap[0][0] if heap else inf
+    e.t, e.busy, e.iterations, e.nxt = t, busy, it, nxt
+    return _result(e)
+
+
+def _result(e: EngineState) -> EngineRun:
     return EngineRun(
         first_token_s=np.asarray(e.first, dtype=np.float64),
         finish_s=np.asarray(e.finish, dtype=np.float64),

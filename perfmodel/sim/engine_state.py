@@ -1,7 +1,7 @@
 """The simulator engine's state and its per-iteration phases (see :mod:`perfmodel.sim.engine`).
 
 :class:`EngineState` holds every request's slot and the engine's counters; one
-iteration is :meth:`~EngineState.arrive`, :meth:`~EngineState.schedule` (the running
+iteration is the arrivals, :meth:`~EngineState.schedule` (the running
 requests' decodes and chunks, with preemption), :meth:`~EngineState.admit` (waiting
 requests, FIFO) and :meth:`~EngineState.step` (the iteration's time and effect). The
 decode-only skip-ahead is :mod:`perfmodel.sim.skip_ahead`. The hot methods copy the
@@ -13,7 +13,6 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -25,18 +24,49 @@ from perfmodel.step.table import StepTable
 Arr = NDArray[np.float64]
 QUEUE_WARMUP = 64  # the first this many iterations are all sampled (and no skip-ahead)
 
+#: :meth:`StepTable.time_s`'s terms as Python floats: token_s, rows_s (lists), a_pp, a_dp,
+#: a_kv, a_tok, a_dx, over
+StepTerms = tuple[list[float], list[float], float, float, float, float, float, float]
+#: the loop's counters: t, busy time, the last step, iterations, G, KV held, decoders, Σ base
+Counters = tuple[float, float, float, int, int, int, int, int]
+NO_TERMS: StepTerms = ([], [], 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)  # placeholders when None
+
+
+def step_terms(table: StepTable) -> StepTerms | None:
+    """The terms of :meth:`StepTable.time_s` as Python floats, for the loop to inline it.
+
+    An iteration of ``T`` tokens, ``R`` rows, prefill pairs ``pp``, decode pairs ``dp``,
+    KV read ``kv`` and ``ds`` decodes takes ``token_s[T] + rows_s[R] + max(c, m) + over``
+    with ``c = a_pp·pp + a_dp·dp`` and ``m = a_kv·kv + a_tok·T + a_dx·(dp − ds)``, evaluated
+    in that order: ``time_s``'s float operations, so bit for bit its value (tested).
+    None if ``time_s`` is not that formula (a table that is not ``exact``, or a subclass
+    overriding it): the loop then calls it.
+    """
+    if not table.exact or type(table).time_s is not StepTable.time_s:
+        return None
+    return (
+        table.token_s.tolist(),
+        table.rows_s.tolist(),
+        float(table.attn_prefill_pair_s),
+        float(table.attn_decode_pair_s),
+        float(table.attn_kv_token_s),
+        float(table.attn_token_s),
+        float(table.attn_decode_kv_extra_s),
+        float(table.attn_overhead_s),
+    )
+
 
 class EngineState:
     """The engine's state. Per slot: for a decoder ``ctx``/``gen`` hold offsets from the
     global decode counter ``G``, for a prefill absolute values."""
 
     __slots__ = (
-        "B", "C", "G", "M", "act", "arr", "base_sum", "busy", "ctx", "decode_steps", "dt",
+        "B", "C", "G", "M", "act", "arr", "base_sum", "busy", "ctx", "dt",
         "finish", "first", "free", "gen", "gen_done", "gfin", "heap", "isdec", "iterations",
         "kv_used",
         "max_time_s", "n", "n_dec", "nxt", "o_out", "out", "pc", "preemptions", "pref",
         "q_every", "q_kv", "q_len", "q_t", "recomputed", "rejected", "rem", "req", "reserve",
-        "retry_at", "s_in", "sample_i", "seq", "seq_of", "t", "table", "tt", "waiting",
+        "retry_at", "s_in", "sample_i", "seq", "seq_of", "t", "table", "terms", "tt", "waiting",
     )  # fmt: skip
 
     def __init__(
@@ -67,7 +97,7 @@ class EngineState:
         self.finish = [math.inf] * n
         self.gen_done = [0] * n  # tokens generated, kept across a preemption
         self.table, self.tt = table, table.iteration_fn()
-        self.decode_steps: dict[int, Callable[[int], float]] = {}  # decoders -> step time fn
+        self.terms = step_terms(table)
         self.req: list[int] = []
         self.ctx: list[int] = []
         self.rem: list[int] = []
@@ -98,26 +128,21 @@ class EngineState:
         self.dt = 0.0  # the last iteration's time
         self.retry_at = 0  # a decode-only run is known to be impossible before this iteration
 
-    def arrive(self) -> None:
-        """Arrivals up to ``t`` join the queue (a request that can never fit is rejected)."""
-        arr, nxt, n, t = self.arr, self.nxt, self.n, self.t
-        if nxt >= n or arr[nxt] > t:
-            return
-        s_in, o_out, M, waiting = self.s_in, self.o_out, self.M, self.waiting
-        while nxt < n and arr[nxt] <= t:
-            if s_in[nxt] + o_out[nxt] > M:
-                self.rejected += 1
-            else:
-                waiting.append(nxt)
-            nxt += 1
-        self.nxt = nxt
-
-    def sample(self, t: float | None = None, kv: int | None = None) -> None:
-        """One queue sample (time, waiting requests, KV held)."""
-        self.sample_i += 1
-        self.q_t.append(self.t if t is None else t)
-        self.q_len.append(len(self.waiting))
-        self.q_kv.append(self.kv_used if kv is None else kv)
+    def iterate_from(
+        self, t: float, busy: float, dt: float, it: int, G: int, kv: int, nd: int, bs: int
+    ) -> Counters:
+        """One iteration in the general case (schedule, admit, step) from the loop's
+        counters (time, busy time, last step, iterations, G, KV held, decoders, Σ base);
+        returns them after it."""
+        self.t, self.busy, self.dt, self.iterations, self.G = t, busy, dt, it, G
+        self.kv_used, self.n_dec, self.base_sum = kv, nd, bs
+        nd, budget, d_ctx, chunks, sel = self.schedule()
+        self.admit(budget, chunks)
+        self.step(nd, d_ctx, chunks, sel)
+        return (
+            self.t, self.busy, self.dt, self.iterations, self.G, self.kv_used, self.n_dec,
+            self.base_sum,
+        )  # fmt: skip
 
     def valid(self, entry: tuple[int, int, int]) -> bool:
         g, sq, k = entry

@@ -2,94 +2,121 @@
 
 from __future__ import annotations
 
-import heapq
 import math
+from collections.abc import Callable
+from heapq import heappop
 
 import numpy as np
 
-from perfmodel.sim.engine_state import QUEUE_WARMUP, EngineState
+from perfmodel.sim.engine_state import NO_TERMS, EngineState, StepTerms
 
-# Decode-only runs at least this long are evaluated with numpy (~20 µs a call); shorter
-# ones in a scalar loop (~0.5 µs an iteration). The result is the same either way.
-VECTOR_RUN = 64
+# Decode-only runs at least this long are evaluated with numpy (~30 µs a call); shorter
+# ones in a scalar loop (~0.2 µs an iteration). The result is the same either way.
+VECTOR_RUN = 160
+# The loop tries a run only when the next completion and arrival look at least this many
+# iterations away (a cheap estimate; shorter runs cost more to set up than to step).
+MIN_RUN = 8
 
-
-def skip_ahead(e: EngineState) -> bool:
-    """Advance a run of identical decode-only iterations if one applies (see the
-    module docstring); False if the next iteration must be stepped on its own."""
-    nd, B = e.n_dec, e.B
-    if e.iterations < e.retry_at or e.pref or not 0 < nd <= B:
-        return False
-    if e.sample_i < QUEUE_WARMUP:
-        return False
-    waiting, kv_used = e.waiting, e.kv_used
-    if waiting and nd < B:
-        r = waiting[0]
-        head = e.s_in[r] + e.gen_done[r]
-        if kv_used + nd + min(head, e.C, B - nd) <= e.M - e.reserve:
-            return False  # the head of the queue can be admitted
-    heap = e.heap
-    while heap and not e.valid(heap[0]):
-        heapq.heappop(heap)
-    # exact bounds: the first completion (its iteration ends the run) and the KV
-    j = min(heap[0][0] - e.G, (e.M - kv_used) // nd)
-    nxt, t = e.nxt, e.t
-    limit = min(e.arr[nxt] if nxt < e.n else math.inf, e.max_time_s)
-    jv = j
-    if j >= VECTOR_RUN and e.dt > 0 and limit < math.inf:
-        # decode steps only lengthen along a run, so the last step time bounds how many
-        # fit before the limit (a cap for speed; the times decide)
-        jv = min(j, int((limit - t) / e.dt) + 2)
-    if j < 2:
-        e.retry_at = e.iterations + j  # a completion or a preemption is due
-        return False
-    if jv >= VECTOR_RUN:
-        _vector_run(e, nd, jv)
-    else:
-        _scalar_run(e, nd, j, limit)
-    e.finish_decoders()
-    return True
+#: the loop's counters after a run: t, busy, dt, iterations, G, KV held, queue samples taken
+RunCounters = tuple[float, float, float, int, int, int, int]
 
 
-def _vector_run(e: EngineState, nd: int, jv: int) -> None:
+SkipRun = Callable[[float, float, float, int, int, int, int, int, float], RunCounters | None]
+
+
+def make_skip_run(e: EngineState, terms: StepTerms | None) -> SkipRun:
+    """``skip_run(t, busy, dt, iterations, G, kv, n_dec, Σ base, next arrival)``: advance a
+    run of identical decode-only iterations of ``e`` if one applies, from the loop's
+    counters; None if the next iteration must be stepped on its own. The loop checked
+    that no prefill runs, ``0 < n_dec ≤ B``, the warm-up is over and no waiting request is
+    admissible; it completes the decoders at the run's end."""
+    heap, act, isdec, seq_of, gfin, M, max_time_s = (
+        e.heap, e.act, e.isdec, e.seq_of, e.gfin, e.M, e.max_time_s
+    )  # fmt: skip
+    q_every, q_t, q_len, q_kv, waiting = e.q_every, e.q_t, e.q_len, e.q_kv, e.waiting
+    token_s, rows_s, a_pp, a_dp, a_kv, a_tok, a_dx, over = terms or NO_TERMS  # None: unused
+    zero = a_pp * 0.0  # no prefill pairs
+
+    def skip_run(
+        t: float, busy: float, dt: float, it: int, G: int, kv: int, nd: int, bs: int, na: float
+    ) -> RunCounters | None:
+        while True:  # drop stale entries: the top is then the first completion
+            g, sq, k = heap[0]
+            if k in act and isdec[k] and seq_of[k] == sq and gfin[k] == g:
+                break
+            heappop(heap)
+        # exact bounds: the first completion (its iteration ends the run) and the KV
+        j = min(g - G, (M - kv) // nd)
+        if j < 2:
+            e.retry_at = it + j  # a completion or a preemption is due
+            return None
+        limit = min(na, max_time_s)
+        if j >= VECTOR_RUN:
+            jv = j
+            if dt > 0 and limit < math.inf:
+                # decode steps only lengthen along a run, so the last step time bounds how
+                # many fit before the limit (a cap for speed; the times decide)
+                jv = min(j, int((limit - t) / dt) + 2)
+            if jv >= VECTOR_RUN:
+                return _vector_run(e, t, busy, it, G, kv, nd, bs, na, jv)
+        base, tok, n_wait = token_s[nd] + rows_s[nd], a_tok * nd, len(waiting)
+        x = bs + nd * G  # the total context of the run's first iteration
+        ns = (-it) % q_every  # the run's first iteration that is sampled
+        sampled = 0
+        # a step is max(c, m) of two affine functions of x: when m - c is positive at both
+        # ends of the run by a margin far above rounding (1e-15), m is the max throughout
+        x1 = x + (j - 1) * nd
+        m0, m1 = a_kv * x + tok + a_dx * x, a_kv * x1 + tok + a_dx * x1
+        d = min(m0 - zero - a_dp * (x + nd), m1 - zero - a_dp * (x1 + nd))
+        m_wins = d > 1e-9 * max(m0, m1)
+        for i in range(j):
+            if i == ns:
+                q_t.append(t)
+                q_len.append(n_wait)
+                q_kv.append(kv + i * nd)
+                ns += q_every
+                sampled += 1
+            if m_wins:
+                dt = base + (a_kv * x + tok + a_dx * x) + over
+            else:
+                c = zero + a_dp * (x + nd)
+                m = a_kv * x + tok + a_dx * x
+                dt = base + (m if m > c else c) + over
+            t += dt
+            busy += dt
+            x += nd
+            if t >= limit:  # the next start would absorb the arrival / stop
+                break
+        i += 1  # iterations run
+        return t, busy, dt, it + i, G + i, kv + i * nd, sampled
+
+    return skip_run
+
+
+def _vector_run(
+    e: EngineState,
+    t: float,
+    busy: float,
+    it: int,
+    G: int,
+    kv: int,
+    nd: int,
+    bs: int,
+    na: float,
+    jv: int,
+) -> RunCounters:
     """A long decode-only run: step times in one vectorized call, summed left to right."""
-    dts = e.table.decode_run_s(nd, e.base_sum + nd * e.G, jv)
-    starts = np.cumsum(np.concatenate(([e.t], dts)))
-    if e.nxt < e.n:  # an iteration starting at or after an arrival absorbs it
-        jv = min(jv, int(np.searchsorted(starts, e.arr[e.nxt], side="left")))
+    dts = e.table.decode_run_s(nd, bs + nd * G, jv)
+    starts = np.cumsum(np.concatenate(([t], dts)))
+    if na < math.inf:  # an iteration starting at or after an arrival absorbs it
+        jv = min(jv, int(np.searchsorted(starts, na, side="left")))
     jv = min(jv, int(np.searchsorted(starts, e.max_time_s, side="right")))
-    kv_used = e.kv_used
-    for i in range((-e.iterations) % e.q_every, jv, e.q_every):
-        e.sample(float(starts[i]), kv_used + i * nd)
-    e.t = float(starts[jv])
-    e.busy = float(np.cumsum(np.concatenate(([e.busy], dts[:jv])))[-1])
-    e.dt = float(dts[jv - 1])
-    e.iterations += jv
-    e.kv_used += jv * nd
-    e.G += jv
-
-
-def _scalar_run(e: EngineState, nd: int, j: int, limit: float) -> None:
-    """A short decode-only run: the same iterations in a tight scalar loop."""
-    step = e.decode_steps.get(nd)
-    if step is None:  # one closure per decoder count (building it reads numpy scalars)
-        step = e.decode_steps[nd] = e.table.decode_step_fn(nd)
-    x = e.base_sum + nd * e.G
-    t, busy, it, kv, q_every = e.t, e.busy, e.iterations, e.kv_used, e.q_every
-    i = 0
-    dt = e.dt
-    while True:
-        if it % q_every == 0:
-            e.t, e.kv_used = t, kv
-            e.sample()
-        dt = step(x)
-        t += dt
-        busy += dt
-        it += 1
-        kv += nd
-        x += nd
-        i += 1
-        if i == j or t >= limit:  # limit: the next start would absorb it / stop
-            break
-    e.t, e.busy, e.iterations, e.kv_used, e.dt = t, busy, it, kv, dt
-    e.G += i
+    sampled = 0
+    n_wait = len(e.waiting)
+    for i in range((-it) % e.q_every, jv, e.q_every):
+        e.q_t.append(float(starts[i]))
+        e.q_len.append(n_wait)
+        e.q_kv.append(kv + i * nd)
+        sampled += 1
+    busy = float(np.cumsum(np.concatenate(([busy], dts[:jv])))[-1])
+    return float(starts[jv]), busy, float(dts[jv - 1]), it + jv, G + jv, kv + jv * nd, sampled
