@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 _BANNER_MUTED: list[bool] = []
@@ -35,18 +36,31 @@ def _mute_highs_banner() -> None:
 
 
 def pulp_solver(
-    time_limit_s: float, gap_rel: float = 1e-9, *, presolve: bool = True
+    time_limit_s: float,
+    gap_rel: float = 1e-9,
+    *,
+    presolve: bool = True,
+    threads: int | None = None,
+    highs_options: Mapping[str, Any] | None = None,
 ) -> tuple[Any, str]:
     """A PuLP solver object and its name (``"highs"`` or ``"cbc"``). ``presolve=False``
-    turns HiGHS's presolve off (a retry when it ends in a solve error)."""
+    turns HiGHS's presolve off (a retry when it ends in a solve error). ``threads``: the
+    solver's thread limit (None: its default, the machine's cores); ``highs_options``:
+    further HiGHS options by name (ignored by the CBC fallback)."""
     import pulp
 
-    extra = {} if presolve else {"presolve": "off"}
-    h = pulp.HiGHS(msg=False, timeLimit=time_limit_s, gapRel=gap_rel, gapAbs=1e-12, **extra)
+    extra: dict[str, Any] = dict(highs_options or {})
+    if not presolve:
+        extra["presolve"] = "off"
+    h = pulp.HiGHS(
+        msg=False, timeLimit=time_limit_s, gapRel=gap_rel, gapAbs=1e-12, threads=threads, **extra
+    )
     if h.available():
         _mute_highs_banner()
         return h, "highs"
-    return pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s, gapRel=gap_rel), "cbc"
+    return pulp.PULP_CBC_CMD(
+        msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=threads
+    ), "cbc"
 
 
 def highs_error(prob: Any) -> str | None:

@@ -33,7 +33,6 @@ from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
 from solvers.fleet.cache import Job, digest, run_jobs
 from solvers.fleet.planning import planning_workload as planning_workload  # re-export
-from solvers.pd.enumerate import valid_tps
 
 TP_CANDIDATES = (1, 2, 4, 8)
 GOODPUT_REL_TOL = 0.01
@@ -127,7 +126,16 @@ def tp_degrees(model: ModelSpec, device: Device, tps: Sequence[int] = TP_CANDIDA
     domain = scale_up_domain_size(device)
     if domain == 1:
         domain = PCIE_HOST_DEVICES
-    return valid_tps(model, [tp for tp in tps if tp <= domain])
+    out = []
+    for tp in tps:
+        if tp > domain:
+            continue
+        try:
+            model.check_tp(tp)
+        except SpecError:
+            continue
+        out.append(tp)
+    return out
 
 
 def _key_device(d: Device) -> Device:
