@@ -14,7 +14,7 @@ from typing import Any
 _BANNER_MUTED: list[bool] = []
 
 
-def _mute_highs_banner() -> None:
+def mute_highs_banner() -> None:
     """highspy prints a banner from C on its first ``Highs()`` even with output off, which
     would corrupt ``--json`` output: create that first instance with fd 1 on /dev/null."""
     if _BANNER_MUTED:
@@ -56,7 +56,7 @@ def pulp_solver(
         msg=False, timeLimit=time_limit_s, gapRel=gap_rel, gapAbs=1e-12, threads=threads, **extra
     )
     if h.available():
-        _mute_highs_banner()
+        mute_highs_banner()
         return h, "highs"
     return pulp.PULP_CBC_CMD(
         msg=False, timeLimit=time_limit_s, gapRel=gap_rel, threads=threads

@@ -3,10 +3,10 @@
 Keyed by a SHA-256 of everything the evaluation reads: the model, device, plan,
 workload lengths and burstiness, SLO, engine settings, and the source text of the
 ``perfmodel`` and ``hardware`` packages, of the PD planner's modules and of
-``solvers/fleet/candidates.py``, ``search.py`` and ``planning.py`` (so a change to the
-performance model invalidates every entry; a change to the fleet MILP or the report does
-not). Entries are
-pickles of the project's own frozen dataclasses, written atomically. Directory:
+``solvers/fleet/candidates.py``, ``pd_roles.py``, ``search.py`` and ``planning.py`` (so a
+change to the performance model invalidates every entry; a change to the fleet MILP or the
+report does not: the MILP solutions of :mod:`solvers.fleet.batch` have their own key).
+Entries are pickles of the project's own frozen dataclasses, written atomically. Directory:
 ``$PERFMODEL_CACHE_DIR``, else ``$XDG_CACHE_HOME/perfmodel``, else ``~/.cache/perfmodel``;
 ``PERFMODEL_CACHE_DIR=off`` disables it.
 """
@@ -35,6 +35,7 @@ def code_version() -> str:
     files = [*(root / "perfmodel").rglob("*.py"), *(root / "hardware").rglob("*.py")]
     files += [*(root / "solvers").rglob("pd*.py"), root / "solvers/fleet/candidates.py"]
     files += [root / "solvers/fleet/search.py", root / "solvers/fleet/planning.py"]
+    files += [root / "solvers/fleet/pd_roles.py"]
     files += [*(root / "solvers").rglob("pd/*.py")]
     for f in sorted(set(files)):
         h.update(f.relative_to(root).as_posix().encode())
