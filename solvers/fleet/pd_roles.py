@@ -10,7 +10,6 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from hardware.device import Device
 from hardware.engine import engine_for
@@ -29,22 +28,15 @@ def pd_jobs(
     devices: Sequence[Device],
     engine: str | None = None,
 ) -> list[Job]:
-    """The cacheable evaluations of every prefill and decode configuration: one job per
-    decode device (each with every prefill configuration against its decode classes), so
-    that they run in parallel; :func:`pd_results` joins them."""
+    """The cacheable evaluation of every prefill and decode configuration: one job, so
+    that each prefill configuration's times and memory fit are computed once for all the
+    decode classes it is paired with (the prefill goodput differs per class: the KV link);
+    it runs beside the colocated evaluations. :func:`pd_results` reads it."""
     lw = workload.lengths
     keys = [_key_device(d) for d in devices]
     engines = [engine_for(engine, d) for d in devices]
-    return [
-        Job(
-            "pd",
-            digest(
-                "pd", model, keys, i, lw.input_tokens, lw.output_tokens, lw.weights, slo, engines
-            ),
-            functools.partial(_evaluate_pd, model, workload, slo, devices, d, engine),
-        )
-        for i, d in enumerate([d for d in devices if compute_dtype(d) == "bf16"] or [None])
-    ]
+    key = digest("pd", model, keys, lw.input_tokens, lw.output_tokens, lw.weights, slo, engines)
+    return [Job("pd", key, functools.partial(_evaluate_pd, model, workload, slo, devices, engine))]
 
 
 def pd_results(
@@ -72,13 +64,12 @@ def _evaluate_pd(
     workload: Workload,
     slo: SLO,
     devices: Sequence[Device],
-    decode: Any,
     engine: str | None = None,
 ) -> tuple[list[Candidate], list[str]]:
     from solvers.pd.enumerate import evaluate_options
 
     usable = [d for d in devices if compute_dtype(d) == "bf16"]
-    if not usable or decode is None:
+    if not usable:
         return [], ["prefill/decode roles: no device computes in bf16"]
     try:
         opts = evaluate_options(
@@ -86,7 +77,7 @@ def _evaluate_pd(
             workload.lengths,
             phase_slo(slo),
             prefill_devices=usable,
-            decode_devices=[decode],
+            decode_devices=usable,
             engine=engine,
         )
     except InfeasibleError as e:

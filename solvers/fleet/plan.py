@@ -41,6 +41,14 @@ from solvers.fleet.results import Alternative, Fleet, PlanResult, Pool, Sensitiv
 from solvers.fleet.results import merge_pools as merge_pools  # re-export
 
 RATE_STEPS = (0.75, 1.25)
+#: what the evaluations import (preloaded before the evaluation processes fork)
+EVALUATION_MODULES = (
+    "perfmodel.serving.service",
+    "perfmodel.step.dequant",
+    "solvers.fleet.search",
+    "solvers.pd.enumerate",
+    "threadpoolctl",
+)
 
 
 @dataclass(frozen=True)
@@ -94,7 +102,7 @@ def evaluate(inputs: PlanInputs) -> tuple[list[Candidate], list[str]]:
     )
     pd = inputs.allow_pd and inputs.buckets == 1
     extra = pd_jobs(m, w, slo, devs, eng) if pd else []
-    values = run_jobs([*extra, *(j for _, j in jobs)], enabled=cache)
+    values = run_jobs([*extra, *(j for _, j in jobs)], enabled=cache, preload=EVALUATION_MODULES)
     cands, more = colocated_results(jobs, values[len(extra) :])
     rejected += more
     if inputs.buckets > 1:
