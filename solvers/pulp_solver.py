@@ -12,6 +12,12 @@ from collections.abc import Mapping
 from typing import Any
 
 _BANNER_MUTED: list[bool] = []
+#: HiGHS threads for every solve of the project. One: the models are small, HiGHS's idle
+#: workers spin against the evaluations and other processes on a small machine (the ten
+#: MILPs of a five-device plan: 0.8 s instead of 2.1 s of CPU), and HiGHS fixes its thread
+#: count at a thread's first solve — a later solve there asking another count fails
+#: ("Not Solved") — so every solve must ask the same.
+HIGHS_THREADS = 1
 
 
 def mute_highs_banner() -> None:
@@ -40,12 +46,12 @@ def pulp_solver(
     gap_rel: float = 1e-9,
     *,
     presolve: bool = True,
-    threads: int | None = None,
+    threads: int = HIGHS_THREADS,
     highs_options: Mapping[str, Any] | None = None,
 ) -> tuple[Any, str]:
     """A PuLP solver object and its name (``"highs"`` or ``"cbc"``). ``presolve=False``
     turns HiGHS's presolve off (a retry when it ends in a solve error). ``threads``: the
-    solver's thread limit (None: its default, the machine's cores); ``highs_options``:
+    solver's thread limit (see :data:`HIGHS_THREADS` before changing it); ``highs_options``:
     further HiGHS options by name (ignored by the CBC fallback)."""
     import pulp
 

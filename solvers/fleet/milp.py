@@ -41,10 +41,6 @@ _TIE_BREAK = 1e-6
 #: relative MIP gap: 1e-5 of a $100/h fleet is a tenth of a cent per hour
 _GAP_REL = 1e-5
 _LINK_CAP = 1e3
-#: one solver thread: these models have tens of integer columns, and HiGHS's worker
-#: threads only spin against the evaluations and other processes on a small machine
-#: (0.8 s instead of 2.1 s of CPU for the ten solves of a five-device plan)
-_THREADS = 1
 
 
 @dataclass(frozen=True)
@@ -267,7 +263,7 @@ def solve_fleet(problem: FleetProblem, *, time_limit_s: float = 10.0) -> FleetSo
     for t, m in P.min_devices.items():
         if m > 0 and t not in types:
             raise SpecError(f"a minimum of {m} {t} devices was set but {t} has no usable option")
-    solver, name = pulp_solver(time_limit_s, _GAP_REL, threads=_THREADS)
+    solver, name = pulp_solver(time_limit_s, _GAP_REL)  # one HiGHS thread (HIGHS_THREADS)
     prob.solve(solver)
     status = pulp.LpStatus[prob.status]
     if prob.status == pulp.LpStatusInfeasible:
