@@ -67,11 +67,15 @@ class Goodput:
     explanation: str
 
 
-def goodput(service: ServiceRate, slo: SLO, *, rel_tol: float = 1e-3) -> Goodput:
-    """Bisection on λ in (0, μ) for the largest rate with attainment ≥ ``slo.goal``."""
+def goodput(
+    service: ServiceRate, slo: SLO, *, rel_tol: float = 1e-3, low: Attainment | None = None
+) -> Goodput:
+    """Bisection on λ in (0, μ) for the largest rate with attainment ≥ ``slo.goal``.
+    ``low``: the attainment at ``μ·1e-4`` when the caller has it already."""
     mu = service.rate_per_s
     lo_rate = mu * 1e-4
-    low = slo_attainment(latency(service, lo_rate), slo)
+    if low is None:
+        low = slo_attainment(latency(service, lo_rate), slo)
     answer = partial(
         Goodput,
         slo=slo,

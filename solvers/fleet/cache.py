@@ -3,10 +3,10 @@
 Keyed by a SHA-256 of everything the evaluation reads: the model, device, plan,
 workload lengths and burstiness, SLO, engine settings, and the source text of the
 ``perfmodel`` and ``hardware`` packages, of the PD planner's modules and of
-``solvers/fleet/candidates.py``, ``search.py`` and ``planning.py`` (so a change to the
-performance model invalidates every entry; a change to the fleet MILP or the report does
-not). Entries are
-pickles of the project's own frozen dataclasses, written atomically. Directory:
+``solvers/fleet/candidates.py``, ``pd_roles.py``, ``search.py`` and ``planning.py`` (so a
+change to the performance model invalidates every entry; a change to the fleet MILP or the
+report does not: the MILP solutions of :mod:`solvers.fleet.batch` have their own key).
+Entries are pickles of the project's own frozen dataclasses, written atomically. Directory:
 ``$PERFMODEL_CACHE_DIR``, else ``$XDG_CACHE_HOME/perfmodel``, else ``~/.cache/perfmodel``;
 ``PERFMODEL_CACHE_DIR=off`` disables it.
 """
@@ -35,6 +35,7 @@ def code_version() -> str:
     files = [*(root / "perfmodel").rglob("*.py"), *(root / "hardware").rglob("*.py")]
     files += [*(root / "solvers").rglob("pd*.py"), root / "solvers/fleet/candidates.py"]
     files += [root / "solvers/fleet/search.py", root / "solvers/fleet/planning.py"]
+    files += [root / "solvers/fleet/pd_roles.py"]
     files += [*(root / "solvers").rglob("pd/*.py")]
     for f in sorted(set(files)):
         h.update(f.relative_to(root).as_posix().encode())
@@ -113,10 +114,18 @@ def _call(fn: Callable[[], Any]) -> Any:
     return fn()
 
 
-def run_jobs(jobs: Sequence[Job], *, enabled: bool = True, workers: int | None = None) -> list[Any]:
+def run_jobs(
+    jobs: Sequence[Job],
+    *,
+    enabled: bool = True,
+    workers: int | None = None,
+    preload: Sequence[str] = (),
+) -> list[Any]:
     """Every job's value: from the cache, else computed — in ``workers`` forked processes
     when more than one job misses (default: the CPUs this process may use, at most 4),
-    serially when a pool cannot be had. Results are identical either way."""
+    serially when a pool cannot be had. Results are identical either way. ``preload``:
+    modules the jobs import, imported before the fork when some job misses (once, not
+    once per process)."""
     d = cache_dir() if enabled else None
     out: list[Any] = [None] * len(jobs)
     missing = []
@@ -129,17 +138,26 @@ def run_jobs(jobs: Sequence[Job], *, enabled: bool = True, workers: int | None =
     if workers is None:
         workers = min(len(os.sched_getaffinity(0)), _MAX_WORKERS)
     values: list[Any] | None = None
+    if missing:
+        import importlib
+
+        for name in preload:
+            importlib.import_module(name)
     if len(missing) > 1 and workers > 1:
+        import gc
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
         from concurrent.futures.process import BrokenProcessPool
 
+        gc.freeze()  # the forked workers' collections then leave the parent's pages shared
         try:
             ctx = multiprocessing.get_context("fork")
             with ProcessPoolExecutor(min(workers, len(missing)), mp_context=ctx) as ex:
                 values = list(ex.map(_call, [jobs[i].compute for i in missing]))
         except (BrokenProcessPool, OSError, pickle.PicklingError):
             values = None
+        finally:
+            gc.unfreeze()
     if values is None:
         values = [jobs[i].compute() for i in missing]
     for i, v in zip(missing, values, strict=True):

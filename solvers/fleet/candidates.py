@@ -7,7 +7,7 @@ capacity (``perfmodel.memory``), then the goodput under the SLO from the queuein
 
 * *colocated* instances (chunked prefill): ``perfmodel.queueing.service_rate`` and
   ``goodput`` (the largest Poisson rate whose SLO attainment meets the goal);
-* *prefill/decode* roles (``--allow-pd``): ``solvers.pd_enumerate.evaluate_options``,
+* *prefill/decode* roles (``--allow-pd``, :mod:`solvers.fleet.pd_roles`): ``evaluate_options``,
   whose prefill goodputs depend on the decode class receiving the KV cache (the link).
 
 The preset workloads are discretized on a 64 × 64 grid refined in the tails for
@@ -33,7 +33,6 @@ from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
 from solvers.fleet.cache import Job, digest, run_jobs
 from solvers.fleet.planning import planning_workload as planning_workload  # re-export
-from solvers.pd.enumerate import valid_tps
 
 TP_CANDIDATES = (1, 2, 4, 8)
 GOODPUT_REL_TOL = 0.01
@@ -127,7 +126,16 @@ def tp_degrees(model: ModelSpec, device: Device, tps: Sequence[int] = TP_CANDIDA
     domain = scale_up_domain_size(device)
     if domain == 1:
         domain = PCIE_HOST_DEVICES
-    return valid_tps(model, [tp for tp in tps if tp <= domain])
+    out = []
+    for tp in tps:
+        if tp > domain:
+            continue
+        try:
+            model.check_tp(tp)
+        except SpecError:
+            continue
+        out.append(tp)
+    return out
 
 
 def _key_device(d: Device) -> Device:
@@ -219,103 +227,6 @@ def colocated_results(
         else:
             out.append(replace(r, device=dev))
     return out, rejected
-
-
-def pd_jobs(
-    model: ModelSpec,
-    workload: Workload,
-    slo: SLO,
-    devices: Sequence[Device],
-    engine: str | None = None,
-) -> list[Job]:
-    """The cacheable evaluations of every prefill and decode configuration: one job per
-    decode device (each with every prefill configuration against its decode classes), so
-    that they run in parallel; :func:`pd_results` joins them."""
-    lw = workload.lengths
-    keys = [_key_device(d) for d in devices]
-    engines = [engine_for(engine, d) for d in devices]
-    return [
-        Job(
-            "pd",
-            digest(
-                "pd", model, keys, i, lw.input_tokens, lw.output_tokens, lw.weights, slo, engines
-            ),
-            functools.partial(_evaluate_pd, model, workload, slo, devices, d, engine),
-        )
-        for i, d in enumerate([d for d in devices if compute_dtype(d) == "bf16"] or [None])
-    ]
-
-
-def pd_results(
-    values: Sequence[tuple[list[Candidate], list[str]]],
-) -> tuple[list[Candidate], list[str]]:
-    """The joined candidates of :func:`pd_jobs`; the reason only when none has any."""
-    cands = [c for cs, _ in values for c in cs]
-    return (cands, []) if cands else ([], values[-1][1] if values else [])
-
-
-def phase_slo(slo: SLO) -> SLO:
-    """The per-phase SLO of disaggregated roles that keeps the plan's attainment goal.
-
-    The plan asks that a fraction ``goal`` of requests meet *both* targets (as the
-    colocated goodput does). Prefill and decode instances are separate queues, so TTFT
-    and TPOT are independent and the joint attainment is the product of the phases':
-    each at ``√goal``. Per-phase p90 alone (DistServe's criterion, ``pd plan``) let it
-    fall to 0.9 × 0.9: Llama-3.1-70B chat on MI300X at 50 req/s simulated 81.6 %.
-    """
-    return replace(slo, percentile=max(slo.percentile, math.sqrt(slo.goal)))
-
-
-def _evaluate_pd(
-    model: ModelSpec,
-    workload: Workload,
-    slo: SLO,
-    devices: Sequence[Device],
-    decode: Any,
-    engine: str | None = None,
-) -> tuple[list[Candidate], list[str]]:
-    from solvers.pd.enumerate import evaluate_options
-
-    usable = [d for d in devices if compute_dtype(d) == "bf16"]
-    if not usable or decode is None:
-        return [], ["prefill/decode roles: no device computes in bf16"]
-    try:
-        opts = evaluate_options(
-            model,
-            workload.lengths,
-            phase_slo(slo),
-            prefill_devices=usable,
-            decode_devices=[decode],
-            engine=engine,
-        )
-    except InfeasibleError as e:
-        return [], [f"prefill/decode roles: {e}"]
-    out: list[Candidate] = []
-    for cls, goods in opts.decode.items():
-        label = f"{cls[0]} TP{cls[1]}"
-        for role, gs in (("decode", goods), ("prefill", opts.prefill.get(cls, []))):
-            for g in gs:
-                c = g.config
-                out.append(
-                    Candidate(
-                        device=c.device,
-                        tp=c.plan.tp,
-                        pp=c.plan.pp,
-                        dtype=c.plan.weight_dtype,
-                        role=role,
-                        goodput_per_instance_per_s=g.rate_per_s if g.feasible else 0.0,
-                        capacity_per_instance_per_s=g.capacity_rate_per_s,
-                        limiter=g.limiter,
-                        kv_capacity_tokens=g.kv_capacity_tokens,
-                        max_batched_tokens=0,
-                        link_capacity_per_s=g.link_capacity_per_s,
-                        decode_class=label,
-                        link=opts.links.get(cls, ""),
-                        note=g.note,
-                        phase_config=c,
-                    )
-                )
-    return out, []
 
 
 @dataclass(frozen=True)

@@ -263,7 +263,7 @@ def solve_fleet(problem: FleetProblem, *, time_limit_s: float = 10.0) -> FleetSo
     for t, m in P.min_devices.items():
         if m > 0 and t not in types:
             raise SpecError(f"a minimum of {m} {t} devices was set but {t} has no usable option")
-    solver, name = pulp_solver(time_limit_s, _GAP_REL)
+    solver, name = pulp_solver(time_limit_s, _GAP_REL)  # one HiGHS thread (HIGHS_THREADS)
     prob.solve(solver)
     status = pulp.LpStatus[prob.status]
     if prob.status == pulp.LpStatusInfeasible:
@@ -310,13 +310,13 @@ def _rows(prob: Any, *, idle: Sequence[int] = ()) -> tuple[Row, ...]:
     rows of PD classes ``idle`` — carrying no traffic — are left out: 0 >= 0 binds)."""
     idle_suffix = tuple(f"_{j}" for j in idle)
     pd_rows = ("prefill_goodput", "decode_goodput", "kv_link_")
-    import warnings
-
     out = []
-    with warnings.catch_warnings():  # PuLP 3 deprecates the mapping view, 4 removes it
-        warnings.simplefilter("ignore", DeprecationWarning)
-        items = list(prob.constraints.items())
-    for name, c in items:
+    # PuLP 3 deprecates the mapping view ``prob.constraints`` (4 makes it a method): its
+    # dict, read without a warnings filter (not thread-safe, and solves run in threads)
+    items = getattr(prob, "_constraints", None)
+    if not isinstance(items, dict):  # pragma: no cover - a PuLP without the dict
+        items = dict(prob.constraints.items())
+    for name, c in items.items():
         if name.startswith(pd_rows) and name.endswith(idle_suffix):
             continue
         lhs = float(c.value() - c.constant) if c.value() is not None else 0.0

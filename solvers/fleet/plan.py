@@ -24,22 +24,31 @@ from perfmodel.model import ModelSpec
 from perfmodel.workload.arrivals import check_rate
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
+from solvers.fleet.batch import solve_fleets
 from solvers.fleet.cache import run_jobs
 from solvers.fleet.candidates import (
     DEFAULT_MAX_BATCHED_TOKENS,
     Candidate,
     colocated_jobs,
     colocated_results,
-    pd_jobs,
-    pd_results,
     size_buckets,
     with_buckets,
 )
 from solvers.fleet.explain import assumptions, explain, no_candidate, price_flips
-from solvers.fleet.milp import FleetOption, FleetProblem, FleetSolution, solve_fleet
+from solvers.fleet.milp import FleetOption, FleetProblem, FleetSolution
+from solvers.fleet.pd_roles import pd_jobs, pd_results
 from solvers.fleet.results import Alternative, Fleet, PlanResult, Pool, Sensitivity
+from solvers.fleet.results import merge_pools as merge_pools  # re-export
 
 RATE_STEPS = (0.75, 1.25)
+#: what the evaluations import (preloaded before the evaluation processes fork)
+EVALUATION_MODULES = (
+    "perfmodel.serving.service",
+    "perfmodel.step.dequant",
+    "solvers.fleet.search",
+    "solvers.pd.enumerate",
+    "threadpoolctl",
+)
 
 
 @dataclass(frozen=True)
@@ -93,7 +102,7 @@ def evaluate(inputs: PlanInputs) -> tuple[list[Candidate], list[str]]:
     )
     pd = inputs.allow_pd and inputs.buckets == 1
     extra = pd_jobs(m, w, slo, devs, eng) if pd else []
-    values = run_jobs([*extra, *(j for _, j in jobs)], enabled=cache)
+    values = run_jobs([*extra, *(j for _, j in jobs)], enabled=cache, preload=EVALUATION_MODULES)
     cands, more = colocated_results(jobs, values[len(extra) :])
     rejected += more
     if inputs.buckets > 1:
@@ -240,49 +249,30 @@ def _bucket_fleet(
     return _fleet(pools, sol, inputs, rate_per_s)
 
 
-def _avg(members: Sequence[tuple[Candidate, int]], weights: list[float], attr: str) -> float:
-    return sum(getattr(c, attr) * w for (c, _), w in zip(members, weights, strict=True))
+Solved = tuple[FleetSolution, dict[str, Candidate]]
 
 
-def merge_pools(chosen: Sequence[tuple[Candidate, int]]) -> list[tuple[Candidate, int]]:
-    """One pool per (device, TP, PP, role): prefill options evaluated against different
-    decode classes are the same instances (their goodputs are averaged by instances)."""
-    groups: dict[tuple[str, int, int, str], list[tuple[Candidate, int]]] = {}
-    for c, n in chosen:
-        groups.setdefault((c.device.id, c.tp, c.pp, c.role), []).append((c, n))
-    out = []
-    for members in groups.values():
-        tot = sum(n for _, n in members)
-        first = members[0][0]
-        if len(members) == 1:
-            out.append((first, tot))
-            continue
-        weights = [n / tot for _, n in members]
-        merged = replace(
-            first,
-            goodput_per_instance_per_s=_avg(members, weights, "goodput_per_instance_per_s"),
-            capacity_per_instance_per_s=_avg(members, weights, "capacity_per_instance_per_s"),
-            link_capacity_per_s=_avg(members, weights, "link_capacity_per_s"),
-            decode_class="; ".join(sorted({c.decode_class for c, _ in members})),
-        )
-        out.append((merged, tot))
-    return out
+def _solve_many(
+    cands: Sequence[Candidate], inputs: PlanInputs, asks: Sequence[dict[str, Any]]
+) -> list[Solved]:
+    """The MILP of each ``build_problem`` keyword set, solved together (``solve_fleets``)."""
+    built = []
+    for kw in asks:
+        kw = dict(kw)
+        rate = kw.pop("rate_per_s", None)
+        built.append(build_problem(cands, inputs, rate_per_s=rate, **kw))
+    todo = [p for p, _ in built if p.options]
+    sols = iter(solve_fleets(todo, time_limit_s=inputs.time_limit_s, use_cache=inputs.use_cache))
+    none = FleetSolution("infeasible", {}, math.inf, None, {}, {}, (), "none", 0.0)
+    return [(next(sols) if p.options else none, by_name) for p, by_name in built]
 
 
-def _solve(
-    cands: Sequence[Candidate], inputs: PlanInputs, **kw: Any
-) -> tuple[FleetSolution, dict[str, Candidate]]:
-    rate = kw.pop("rate_per_s", None)
-    prob, by_name = build_problem(cands, inputs, rate_per_s=rate, **kw)
-    if not prob.options:
-        return FleetSolution("infeasible", {}, math.inf, None, {}, {}, (), "none", 0.0), by_name
-    return solve_fleet(prob, time_limit_s=inputs.time_limit_s), by_name
+def _solve(cands: Sequence[Candidate], inputs: PlanInputs, **kw: Any) -> Solved:
+    return _solve_many(cands, inputs, [kw])[0]
 
 
-def _alternative(
-    name: str, cands: Sequence[Candidate], inputs: PlanInputs, **kw: Any
-) -> Alternative:
-    sol, by_name = _solve(cands, inputs, **kw)
+def _alternative(name: str, solved: Solved, inputs: PlanInputs) -> Alternative:
+    sol, by_name = solved
     if sol.status == "infeasible":
         roles = sorted({c.role for c in by_name.values()})
         if not by_name:
@@ -343,21 +333,31 @@ def plan_fleet(
     cands, rejected = candidates if candidates is not None else evaluate(inputs)
     if not any(c.feasible for c in cands):
         raise InfeasibleError(no_candidate(cands, rejected, inputs))
-    sol, by_name = _solve(cands, inputs)
+    types = sorted({c.device.id for c in cands})
+    pd_on = inputs.allow_pd and inputs.buckets == 1
+    # every MILP of the answer, solved together: the fleet, each device type alone,
+    # colocated only, disaggregated only, the fleet at the other rates
+    asks: dict[tuple[str, str], dict[str, Any]] = {("fleet", ""): {}}
+    asks.update({("single", t): {"only_type": t} for t in types})
+    asks[("colocated_only", "")] = {"roles": ("colocated",)}
+    if pd_on:
+        asks[("disaggregated_only", "")] = {"roles": ("prefill", "decode")}
+    asks.update({("rate", f"{f}"): {"rate_per_s": inputs.rate_per_s * f} for f in RATE_STEPS})
+    got = dict(zip(asks, _solve_many(cands, inputs, list(asks.values())), strict=True))
+    sol, by_name = got[("fleet", "")]
     if sol.status == "infeasible":
         raise InfeasibleError(diagnose_infeasible(cands, inputs))
     rec = to_fleet(sol, by_name, inputs, inputs.rate_per_s)
-    types = sorted({c.device.id for c in cands})
-    singles = {t: _alternative(t, cands, inputs, only_type=t) for t in types}
-    colo = _alternative("colocated_only", cands, inputs, roles=("colocated",))
+    singles = {t: _alternative(t, got[("single", t)], inputs) for t in types}
+    colo = _alternative("colocated_only", got[("colocated_only", "")], inputs)
     pd = (
-        _alternative("disaggregated_only", cands, inputs, roles=("prefill", "decode"))
-        if inputs.allow_pd and inputs.buckets == 1
+        _alternative("disaggregated_only", got[("disaggregated_only", "")], inputs)
+        if pd_on
         else None
     )
     sens = []
     for f in RATE_STEPS:
-        s, b = _solve(cands, inputs, rate_per_s=inputs.rate_per_s * f)
+        s, b = got[("rate", f"{f}")]
         if s.status == "infeasible":
             sens.append(Sensitivity(f"rate x{f:g}", None, None, "infeasible", None))
             continue

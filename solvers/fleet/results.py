@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from perfmodel.cost.power import CostEnergy
@@ -187,3 +188,32 @@ class PlanResult:
             "assumptions": self.assumptions,
             "verification": [v.to_dict() for v in self.verification],
         }
+
+
+def _avg(members: Sequence[tuple[Candidate, int]], weights: list[float], attr: str) -> float:
+    return sum(getattr(c, attr) * w for (c, _), w in zip(members, weights, strict=True))
+
+
+def merge_pools(chosen: Sequence[tuple[Candidate, int]]) -> list[tuple[Candidate, int]]:
+    """One pool per (device, TP, PP, role): prefill options evaluated against different
+    decode classes are the same instances (their goodputs are averaged by instances)."""
+    groups: dict[tuple[str, int, int, str], list[tuple[Candidate, int]]] = {}
+    for c, n in chosen:
+        groups.setdefault((c.device.id, c.tp, c.pp, c.role), []).append((c, n))
+    out = []
+    for members in groups.values():
+        tot = sum(n for _, n in members)
+        first = members[0][0]
+        if len(members) == 1:
+            out.append((first, tot))
+            continue
+        weights = [n / tot for _, n in members]
+        merged = replace(
+            first,
+            goodput_per_instance_per_s=_avg(members, weights, "goodput_per_instance_per_s"),
+            capacity_per_instance_per_s=_avg(members, weights, "capacity_per_instance_per_s"),
+            link_capacity_per_s=_avg(members, weights, "link_capacity_per_s"),
+            decode_class="; ".join(sorted({c.decode_class for c, _ in members})),
+        )
+        out.append((merged, tot))
+    return out

@@ -31,7 +31,8 @@ def fleet_goodput(service: ServiceRate, slo: SLO, *, rel_tol: float) -> Goodput:
     lo = mu * 1e-4
     low = slo_attainment(latency(service, lo), slo)
     if not low.meets_goal or not service.largest_request_fits:
-        return goodput(service, slo, rel_tol=rel_tol)  # the infeasible answer and its text
+        # the infeasible answer and its text, from the attainment just computed
+        return goodput(service, slo, rel_tol=rel_tol, low=low)
     g_lo, hi, g_hi = _g(low.attainment, slo.goal), mu, _g(0.0, slo.goal)
     best, tol, side, steps = low, rel_tol * mu, 0, 0
     while hi - lo > tol:
