@@ -35,9 +35,9 @@ def one_blas_thread() -> Iterator[None]:
     """BLAS on one thread while planning: its vectors are small (≤ 10⁵ entries, the decode
     batch laws), and OpenBLAS's threads spin — a dot product of 70,000 entries costs 0.5 ms
     of CPU on two threads and 0.02 ms on one (the decode side of a PD cell, 5x)."""
-    from perfmodel.serving.prefill_chain import _blas_controller
+    from perfmodel.serving.stationary import _one_blas_thread
 
-    with _blas_controller().limit(limits=1, user_api="blas"):
+    with _one_blas_thread():
         yield
 
 
