@@ -36,7 +36,7 @@ def describe_engine(
     note = eng.accuracy_note(device.id, act_dtype)
     if auto:
         on = where or f"on {device.id}"
-        note += f"; the default {on} (--engine none: the engine-less roofline)"
+        note += f"; the default {on} (--engine none for the engine-less roofline)"
     return note
 
 
