@@ -48,6 +48,37 @@ def ndtr(x: float) -> float:
     return 0.5 * math.erfc(-x / _SQRT2)
 
 
+_ERFC = np.frompyfunc(math.erfc, 1, 1)
+#: below this ``erfc(−x/√2)`` is near the smallest double: :func:`log_ndtr` switches to
+#: the asymptotic series there (its first omitted term, 10395/x¹², is < 1e-15 from here)
+_LOG_NDTR_ASYMPTOTIC_BELOW = -37.0
+
+
+def ndtr_array(x: ArrayLike) -> Arr:
+    """:func:`ndtr` element-wise (``scipy.special.ndtr``)."""
+    a = np.asarray(x, dtype=np.float64)
+    return np.asarray(0.5 * _ERFC(-a / _SQRT2), dtype=np.float64)
+
+
+def log_ndtr(x: ArrayLike) -> Arr:
+    """``log Φ(x)`` element-wise (``scipy.special.log_ndtr``): ``log1p(−Φ(−x))`` above 0,
+    ``log(erfc(−x/√2)/2)`` down to −37, and below that the asymptotic series
+    ``log φ(x) − log(−x) + log(1 − 1/x² + 3/x⁴ − 15/x⁶ + 105/x⁸ − 945/x¹⁰)``."""
+    a = np.asarray(x, dtype=np.float64)
+    out = np.empty_like(a)
+    hi = a > 0
+    out[hi] = np.log1p(-ndtr_array(-a[hi]))
+    mid = ~hi & (a >= _LOG_NDTR_ASYMPTOTIC_BELOW)
+    out[mid] = np.log(ndtr_array(a[mid]))
+    lo = ~hi & ~mid & ~np.isnan(a)
+    z = a[lo]
+    r = 1.0 / (z * z)
+    series = 1.0 + r * (-1.0 + r * (3.0 + r * (-15.0 + r * (105.0 - 945.0 * r))))
+    out[lo] = -0.5 * z * z - math.log(_SQRT_2PI) - np.log(-z) + np.log(series)
+    out[np.isnan(a)] = np.nan
+    return out
+
+
 # Acklam's coefficients (P. J. Acklam, "An algorithm for computing the inverse normal
 # cumulative distribution function", 2003): central region and tails.
 _A = (-3.969683028665376e01, 2.209460984245205e02, -2.759285104469687e02,

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.special import log_ndtr, ndtr  # scipy.stats costs ~1 s of import
 
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.model import ModelSpec
@@ -37,6 +36,8 @@ from perfmodel.serving.classic_queues import erlang_c
 from perfmodel.serving.latency_laws import sum_ctx_sq, window_variance_factor
 from perfmodel.serving.search import cdf_quantile, max_rate
 from perfmodel.serving.servemix import compress_atoms
+from perfmodel.special import log_ndtr
+from perfmodel.special import ndtr_array as ndtr
 from perfmodel.step.batch import Batch
 from perfmodel.units import MS_PER_S
 from perfmodel.workload.lengths import LengthDistribution
@@ -318,7 +319,8 @@ def decode_profile(
 def exponnorm_cdf(x: float, K: Arr, *, loc: Arr, scale: Arr) -> Arr:
     """``scipy.stats.exponnorm.cdf(x, K, loc, scale)``, the same operations as SciPy's
     (``Φ(z) − exp(K⁻¹(K⁻¹/2 − z) + log Φ(z − K⁻¹))``, ``z = (x − loc)/scale``); NaN where
-    ``K ≤ 0`` or ``scale ≤ 0``, as SciPy returns."""
+    ``K ≤ 0`` or ``scale ≤ 0``, as SciPy returns; Φ and log Φ from
+    :mod:`perfmodel.special` (no scipy import), equal to SciPy's to rounding."""
     z = (x - loc) / scale
     inv_k = 1.0 / K
     cdf = ndtr(z) - np.exp(inv_k * (0.5 * inv_k - z) + log_ndtr(z - inv_k))

@@ -5,9 +5,8 @@ from __future__ import annotations
 import math
 from functools import cache
 
-from scipy.special import ndtr  # = scipy.stats.norm.cdf, without importing scipy.stats (1 s)
-
 from perfmodel.errors import SpecError
+from perfmodel.special import ndtr
 from perfmodel.workload.lengths import LengthDistribution, TruncLogNormal, lognormal_lengths
 from perfmodel.workload.presets import PRESETS
 

@@ -263,6 +263,28 @@ def test_capacity_cli_imports_no_scipy() -> None:
     assert not {"scipy", "networkx", "plotly", "pulp", "cli.plan_cmd", "cli.pd_cmd"} & mods
 
 
+def test_pd_plan_imports_no_scipy(tmp_path: Path) -> None:
+    """Start-up cost of ``pd plan`` (the aiconfigurator comparison): its normal CDFs come
+    from ``perfmodel.special``, its M/G/1 root from Newton — no scipy.special, .optimize or
+    .stats (~0.15 s). (The colocated baseline's chain may still take scipy.linalg's banded
+    solve for a narrow band on a large grid, as here; Qwen3-32B 4000/1000 imports no scipy.)"""
+    trace = tmp_path / "t.csv"
+    trace.write_text("input_tokens,output_tokens\n1024,128\n")
+    args = ["pd", "plan", "--model", "llama-3.1-8b", "--hardware", "h100-sxm",
+            "--trace", str(trace), "--rate-per-s", "2", "--max-gpus", "2", "--json"]  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "cli.main", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=REPO,
+    )
+    mods = {line.split("|")[-1].strip() for line in out.stderr.splitlines() if "|" in line}
+    assert "solvers.pd.plan" in mods
+    heavy = ("scipy.special", "scipy.optimize", "scipy.stats")
+    assert not {m for m in mods if m.startswith(heavy)}
+
+
 # --json comes from a library result's to_dict() (cli.common.json_of): the CLI neither
 # serializes JSON itself nor hands echo_json a dict or list it built.
 BUILT = (ast.Dict, ast.DictComp, ast.List, ast.ListComp, ast.Tuple, ast.Set, ast.GeneratorExp)
