@@ -12,6 +12,7 @@ sequence. Config parsing lives in ``perfmodel.modelcfg``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -345,6 +346,17 @@ class ModelSpec:
                 f"tp={tp} does not divide the {la.k_heads} key / {la.v_heads} value heads of "
                 f"the linear-attention layers of {self.id}"
             )
+
+    def valid_tps(self, tps: Sequence[int]) -> list[int]:
+        """The degrees of ``tps`` that :meth:`check_tp` accepts, in order."""
+        return [tp for tp in tps if self._tp_ok(tp)]
+
+    def _tp_ok(self, tp: int) -> bool:
+        try:
+            self.check_tp(tp)
+        except SpecError:
+            return False
+        return True
 
 
 # ---- construction from config.json --------------------------------------------------------

@@ -126,16 +126,7 @@ def tp_degrees(model: ModelSpec, device: Device, tps: Sequence[int] = TP_CANDIDA
     domain = scale_up_domain_size(device)
     if domain == 1:
         domain = PCIE_HOST_DEVICES
-    out = []
-    for tp in tps:
-        if tp > domain:
-            continue
-        try:
-            model.check_tp(tp)
-        except SpecError:
-            continue
-        out.append(tp)
-    return out
+    return [tp for tp in model.valid_tps(tps) if tp <= domain]
 
 
 def _key_device(d: Device) -> Device:

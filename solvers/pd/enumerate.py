@@ -59,14 +59,7 @@ def parallel_plan(tp: int, dtype: str, kv_dtype: str, *, ep: int = 1, dp: int = 
 
 
 def valid_tps(model: ModelSpec, tps: Sequence[int] = TP_CANDIDATES) -> list[int]:
-    out = []
-    for tp in tps:
-        try:
-            model.check_tp(tp)
-        except SpecError:
-            continue
-        out.append(tp)
-    return out
+    return model.valid_tps(tps)
 
 
 #: An engine, or a spec resolved per device by :func:`hardware.engine.engine_for`.
