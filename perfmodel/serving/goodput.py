@@ -71,10 +71,11 @@ def goodput(
     service: ServiceRate, slo: SLO, *, rel_tol: float = 1e-3, low: Attainment | None = None
 ) -> Goodput:
     """Bisection on λ in (0, μ) for the largest rate with attainment ≥ ``slo.goal``.
-    ``low``: the attainment at ``μ·1e-4`` when the caller has it already."""
+    ``low``: the attainment at ``μ·1e-4`` when the caller has it already (one at another
+    rate is not used)."""
     mu = service.rate_per_s
     lo_rate = mu * 1e-4
-    if low is None:
+    if low is None or low.rate_per_s != lo_rate:
         low = slo_attainment(latency(service, lo_rate), slo)
     answer = partial(
         Goodput,

@@ -8,8 +8,7 @@ the KV transfer in its TTFT depends on the receiver (``perfmodel.pd_models``).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,22 +22,12 @@ from perfmodel.pd.config import PhaseConfig, PhaseGoodput, kv_link
 from perfmodel.pd.decode import DecodeProfile, decode_goodput, decode_profile
 from perfmodel.pd.prefill import prefill_goodput, prefill_profile
 from perfmodel.plan import ParallelPlan
+from perfmodel.serving.stationary import one_blas_thread as one_blas_thread  # re-export
 from perfmodel.units import MS_PER_S
 from perfmodel.workload.lengths import LengthDistribution
 from perfmodel.workload.slo import SLO
 
 TP_CANDIDATES = (1, 2, 4, 8)
-
-
-@contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """BLAS on one thread while planning: its vectors are small (≤ 10⁵ entries, the decode
-    batch laws), and OpenBLAS's threads spin — a dot product of 70,000 entries costs 0.5 ms
-    of CPU on two threads and 0.02 ms on one (the decode side of a PD cell, 5x)."""
-    from perfmodel.serving.stationary import _one_blas_thread
-
-    with _one_blas_thread():
-        yield
 
 
 # ---- enumeration -----------------------------------------------------------------------------
