@@ -11,7 +11,6 @@ from functools import cached_property, partial
 
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.serving.latency import LatencyEstimate
-from perfmodel.serving.search import max_rate
 from perfmodel.serving.service import ServiceRate, latency
 from perfmodel.units import MS_PER_S
 from perfmodel.workload.arrivals import check_rate
@@ -70,13 +69,20 @@ class Goodput:
 def goodput(
     service: ServiceRate, slo: SLO, *, rel_tol: float = 1e-3, low: Attainment | None = None
 ) -> Goodput:
-    """Bisection on λ in (0, μ) for the largest rate with attainment ≥ ``slo.goal``.
-    ``low``: the attainment at ``μ·1e-4`` when the caller has it already (one at another
-    rate is not used)."""
+    """The largest rate in (0, μ) with attainment ≥ ``slo.goal``, to ``rel_tol·μ``.
+
+    The bracket ``[μ·10⁻⁴, μ]`` is closed by Illinois false-position steps on
+    ``g(λ) = ln(1 − A(λ)) − ln(1 − goal)`` (``A`` the attainment): the miss probability
+    grows about exponentially with the rate, so ``g`` is nearly linear and 4-6 latency
+    estimates close it where halving the bracket takes 10 (after ``_BISECT_AFTER``
+    steps the bracket is halved). The guarantee is the bisection's: the answer meets the
+    goal and a failing rate lies within ``rel_tol·μ`` above it (λ = μ is unstable: it fails
+    without an estimate). ``low``: the attainment at ``μ·10⁻⁴`` when the caller has it
+    already (one at another rate is not used)."""
     mu = service.rate_per_s
-    lo_rate = mu * 1e-4
-    if low is None or low.rate_per_s != lo_rate:
-        low = slo_attainment(latency(service, lo_rate), slo)
+    lo = mu * 1e-4
+    if low is None or low.rate_per_s != lo:
+        low = slo_attainment(latency(service, lo), slo)
     answer = partial(
         Goodput,
         slo=slo,
@@ -85,30 +91,37 @@ def goodput(
         best_tpot_quantile_s=low.tpot_quantile_s,
     )
     if not low.meets_goal or not service.largest_request_fits:
-        what = []
-        if low.ttft_quantile_s > slo.ttft_s:
-            what.append(f"p{slo.percentile * 100:g} TTFT {low.ttft_quantile_s * MS_PER_S:.1f} ms")
-        if low.tpot_quantile_s > slo.tpot_s:
-            what.append(f"p{slo.percentile * 100:g} TPOT {low.tpot_quantile_s * MS_PER_S:.2f} ms")
         return answer(
             feasible=False,
             rate_per_s=0.0,
             per_device_rate_per_s=0.0,
             at_goodput=None,
-            explanation=(
-                f"no rate meets the SLO on this configuration: even unloaded, attainment is "
-                f"{low.attainment:.1%} < goal {slo.goal:.0%}"
-                + (f" (best achievable {', '.join(what)})" if what else "")
-            ),
+            explanation=_no_rate(low, slo),
         )
-    seen: dict[float, Attainment] = {}
-
-    def meets(r: float) -> bool:
-        seen[r] = slo_attainment(latency(service, r), slo)
-        return seen[r].meets_goal
-
-    lo = max_rate(meets, mu, lo=lo_rate, rel_tol=rel_tol, scale=mu)
-    best = seen[lo] if lo > lo_rate else low  # lo > lo_rate was a midpoint that met the goal
+    g_lo, hi, g_hi = _miss(low.attainment, slo.goal), mu, _miss(0.0, slo.goal)
+    best, tol, side, steps = low, rel_tol * mu, 0, 0
+    while hi - lo > tol:
+        if steps < _BISECT_AFTER and g_hi > g_lo:
+            r = lo + (hi - lo) * (-g_lo) / (g_hi - g_lo)
+            # aim just past the root on the side that did not move last: when the root
+            # estimate is good, the next estimate fails (or meets) and the bracket closes
+            r += _STRADDLE * tol * side * -1
+            r = min(max(r, lo + 0.5 * tol), hi - 0.5 * tol)
+        else:
+            r = 0.5 * (lo + hi)
+        steps += 1
+        a = slo_attainment(latency(service, r), slo)
+        g = _miss(a.attainment, slo.goal)
+        if a.meets_goal:
+            lo, g_lo, best = r, min(g, -1e-12), a
+            if side == -1:
+                g_hi *= 0.5  # Illinois: the stale end's value is halved
+            side = -1
+        else:
+            hi, g_hi = r, max(g, 1e-12)
+            if side == 1:
+                g_lo *= 0.5
+            side = 1
     return answer(
         feasible=True,
         rate_per_s=lo,
@@ -118,6 +131,30 @@ def goodput(
             f"goodput {lo:.3g} req/s per instance ({lo / mu:.0%} of μ); attainment "
             f"{best.attainment:.1%} there"
         ),
+    )
+
+
+_MISS_FLOOR = 1e-12  # 1 − A below this counts as this (ln of a miss probability)
+_BISECT_AFTER = 6  # false-position steps before the bracket is halved instead
+_STRADDLE = 0.4  # of the tolerance: how far past the root estimate a step aims
+
+
+def _miss(attainment: float, goal: float) -> float:
+    """``ln(1 − A) − ln(1 − goal)``: negative where the goal is met."""
+    return math.log(max(1.0 - attainment, _MISS_FLOOR)) - math.log(1.0 - goal)
+
+
+def _no_rate(low: Attainment, slo: SLO) -> str:
+    """Why no rate meets the SLO: the attainment and percentiles when unloaded."""
+    what = []
+    if low.ttft_quantile_s > slo.ttft_s:
+        what.append(f"p{slo.percentile * 100:g} TTFT {low.ttft_quantile_s * MS_PER_S:.1f} ms")
+    if low.tpot_quantile_s > slo.tpot_s:
+        what.append(f"p{slo.percentile * 100:g} TPOT {low.tpot_quantile_s * MS_PER_S:.2f} ms")
+    return (
+        f"no rate meets the SLO on this configuration: even unloaded, attainment is "
+        f"{low.attainment:.1%} < goal {slo.goal:.0%}"
+        + (f" (best achievable {', '.join(what)})" if what else "")
     )
 
 

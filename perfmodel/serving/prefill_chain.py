@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import cache
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -113,6 +114,25 @@ def prompt_law(lengths: LengthDistribution) -> PromptLaw:
     return PromptLaw(u, w, mean, float(w @ (s * s)) / mean)
 
 
+@cache
+def fft_size(n: int) -> int:
+    """The smallest ``2^a·3^b·5^c ≥ n``: a length pocketfft transforms fast. The grids
+    here hold ``k·G + 1`` states, just past a power of two, which would nearly double
+    every transform; a circular convolution of any length ``≥ n`` is the same."""
+    best = 1 << max(n - 1, 1).bit_length()
+    p5 = 1
+    while p5 < best:
+        p35 = p5
+        while p35 < best:
+            p = p35
+            while p < n:
+                p *= 2
+            best = min(best, p)
+            p35 *= 3
+        p5 *= 5
+    return best
+
+
 def compound_poisson(rates: Arr, jump_pmf: Arr, n: int) -> Arr:
     """Rows ``CP(rate_i, jump_pmf)`` on ``0 … n−1``; the mass at ``≥ n − 1`` lumped at ``n − 1``.
 
@@ -121,7 +141,7 @@ def compound_poisson(rates: Arr, jump_pmf: Arr, n: int) -> Arr:
     wraps around is that beyond ``2n``, negligible for the rates used here (the grid holds
     several budgets; one iteration's arrivals are below one budget on average).
     """
-    size = 1 << max(math.ceil(math.log2(2 * max(n, jump_pmf.size))), 4)
+    size = fft_size(max(2 * max(n, jump_pmf.size), 16))
     F = np.fft.rfft(jump_pmf, size)
     pmf = np.fft.irfft(np.exp(np.outer(rates, F - 1.0)), size, axis=1)[:, :n]
     pmf = np.maximum(pmf, 0.0)
@@ -140,7 +160,7 @@ class Transition:
         self.arrivals = arrivals  # (G + 1, n)
         self.per_budget = arrivals.shape[0] - 1
         self.states = arrivals.shape[1]
-        self._size = 1 << math.ceil(math.log2(2 * self.states))
+        self._size = fft_size(2 * self.states)
         self._full_hat = np.fft.rfft(arrivals[-1], self._size)
 
     def __call__(self, x: Arr) -> Arr:
@@ -162,7 +182,7 @@ class Transition:
         out[: G + 1] = self.arrivals @ f
         # state G + k leaves k grid steps: E[f(min(k + A, n − 1))], a correlation with A_G
         f_ext = np.concatenate([f, np.full(n, f[-1])])
-        size = 1 << math.ceil(math.log2(3 * n))
+        size = fft_size(3 * n)
         a_hat = np.fft.rfft(self.arrivals[-1], size)
         corr = np.fft.irfft(np.conj(a_hat) * np.fft.rfft(f_ext, size), size)
         out[G + 1 :] = corr[1 : n - G]

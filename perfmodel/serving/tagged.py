@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import NDArray
 
-from perfmodel.serving.prefill_chain import PROFILE_STEPS, V_NODES, BacklogChain, compound_poisson
+from perfmodel.serving.prefill_chain import (
+    PROFILE_STEPS,
+    V_NODES,
+    BacklogChain,
+    compound_poisson,
+    fft_size,
+)
 
 Arr = NDArray[np.float64]
 
@@ -82,14 +87,19 @@ def tagged_request(
     tau_p = tau[: G + 1]
     nodes, wts = gauss_legendre(V_NODES)
     v, wv = (nodes + 1) / 2, wts / 2
-    size = 1 << math.ceil(math.log2(2 * n + f.size))
+    size = fft_size(2 * n + f.size)
     F = np.fft.rfft(f, size)
     L_hat = np.fft.rfft(leftover, size, axis=1)  # (G+1, size/2+1)
-    before = compound_poisson(lam * np.outer(tau_p, v).ravel(), f, n).reshape(G + 1, V_NODES, n)
-    after = compound_poisson(lam * np.outer(tau_p, 1 - v).ravel(), f, n).reshape(G + 1, V_NODES, n)
-    Y = np.fft.irfft(L_hat[:, None, :] * np.fft.rfft(before, size, axis=2) * F, size, axis=2)
+    # the arrivals before and after the request in its iteration, CP(λ·v·τ_p) and
+    # CP(λ·(1 − v)·τ_p), as their transforms exp(r·(F − 1)) on the convolution grid (one
+    # iteration's arrivals stay far below its 2n + |f| points: nothing wraps around)
+    A_hat = np.exp(np.multiply.outer(lam * np.outer(tau_p, 1 - v), F - 1.0))
+    Y = np.fft.irfft(
+        L_hat[:, None, :] * np.exp(np.multiply.outer(lam * np.outer(tau_p, v), F - 1.0)) * F,
+        size,
+        axis=2,
+    )
     Y = np.maximum(Y[:, :, :n], 0.0) * wv[None, :, None]
-    A_hat = np.fft.rfft(after, size, axis=2)
     # the request's last prefill iteration is the m-th from the next one, m = max(1, ⌈y/G⌉)
     m_of_y = np.maximum(1, np.ceil(np.arange(n) / G)).astype(np.int64)
     y_tot = Y.sum(axis=(0, 1))

@@ -126,7 +126,20 @@ class Instance:
         max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
         search_tp: bool = True,
     ) -> MemoryFit:
-        return memory_fit(
+        """:func:`perfmodel.memory.memory_fit` of this instance, computed once per (model,
+        device, plan, engine) objects and arguments (a planner asks it of the same
+        configuration dozens of times; devices and engines are identity-checked)."""
+        args = (batch, context_len, gpu_memory_utilization, max_batched_tokens, search_tp)
+        key = (id(self.model), id(self.device), self.plan, id(self.engine), args)
+        hit = _FITS.get(key)
+        if (
+            hit is not None
+            and hit[0] is self.model
+            and hit[1] is self.device
+            and hit[2] is self.engine
+        ):
+            return hit[3]
+        fit = memory_fit(
             self.model,
             self.device,
             self.plan,
@@ -137,6 +150,10 @@ class Instance:
             search_tp=search_tp,
             engine=self.engine,
         )
+        if len(_FITS) >= _FITS_KEPT:
+            _FITS.pop(next(iter(_FITS)))
+        _FITS[key] = (self.model, self.device, self.engine, fit)
+        return fit
 
     def kv_capacity_tokens(self, max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS) -> int:
         """KV tokens the instance caches; an error that says what to change if none fit."""
@@ -173,6 +190,11 @@ class Instance:
 
     def with_plan(self, plan: ParallelPlan) -> Instance:
         return Instance(self.model, self.device, plan, self.profile, self.engine, self.engine_spec)
+
+
+#: memory fits by instance objects and arguments (see :meth:`Instance.memory_fit`)
+_FITS: dict[tuple[object, ...], tuple[ModelSpec, Device, Engine | None, MemoryFit]] = {}
+_FITS_KEPT = 256
 
 
 class OnInstance:

@@ -34,7 +34,7 @@ def code_version() -> str:
     root = Path(__file__).resolve().parents[2]
     files = [*(root / "perfmodel").rglob("*.py"), *(root / "hardware").rglob("*.py")]
     files += [*(root / "solvers").rglob("pd*.py"), root / "solvers/fleet/candidates.py"]
-    files += [root / "solvers/fleet/search.py", root / "solvers/fleet/planning.py"]
+    files += [root / "solvers/fleet/planning.py"]
     files += [root / "solvers/fleet/pd_roles.py"]
     files += [*(root / "solvers").rglob("pd/*.py")]
     for f in sorted(set(files)):

@@ -143,8 +143,8 @@ def _evaluate_one(
     engine: Engine | None = None,
 ) -> Candidate | str:
     from perfmodel.serving import service as q
+    from perfmodel.serving.goodput import goodput
     from perfmodel.step.instance import Instance
-    from solvers.fleet.search import fleet_goodput
 
     try:
         sr = q.service_rate(
@@ -152,7 +152,7 @@ def _evaluate_one(
         )
     except (InfeasibleError, SpecError) as e:
         return f"{device.id} TP{plan.tp}: {e}"
-    gp = fleet_goodput(sr, slo, rel_tol=GOODPUT_REL_TOL)
+    gp = goodput(sr, slo, rel_tol=GOODPUT_REL_TOL)
     return Candidate(
         device=device,
         tp=plan.tp,

@@ -45,7 +45,7 @@ RATE_STEPS = (0.75, 1.25)
 EVALUATION_MODULES = (
     "perfmodel.serving.service",
     "perfmodel.step.dequant",
-    "solvers.fleet.search",
+    "perfmodel.serving.goodput",
     "solvers.pd.enumerate",
     "threadpoolctl",
 )
