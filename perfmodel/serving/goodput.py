@@ -77,8 +77,10 @@ def goodput(
     estimates close it where halving the bracket takes 10 (after ``_BISECT_AFTER``
     steps the bracket is halved). The guarantee is the bisection's: the answer meets the
     goal and a failing rate lies within ``rel_tol·μ`` above it (λ = μ is unstable: it fails
-    without an estimate). ``low``: the attainment at ``μ·10⁻⁴`` when the caller has it
-    already (one at another rate is not used)."""
+    without an estimate). Each estimate starts from the one at the bracket's low end
+    (``warm``: the highest rate met so far, below every rate tried next). ``low``: the
+    attainment at ``μ·10⁻⁴`` when the caller has it already (one at another rate is not
+    used)."""
     mu = service.rate_per_s
     lo = mu * 1e-4
     if low is None or low.rate_per_s != lo:
@@ -110,7 +112,7 @@ def goodput(
         else:
             r = 0.5 * (lo + hi)
         steps += 1
-        a = slo_attainment(latency(service, r), slo)
+        a = slo_attainment(latency(service, r, warm=best.estimate), slo)
         g = _miss(a.attainment, slo.goal)
         if a.meets_goal:
             lo, g_lo, best = r, min(g, -1e-12), a

@@ -53,7 +53,7 @@ The simulator (:mod:`perfmodel.simulate`) measures what this neglects
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 import numpy as np
@@ -67,7 +67,7 @@ from perfmodel.serving.latency_laws import (
     ttft_mixture,
     window_variance_factor,
 )
-from perfmodel.serving.operating_point import operating_point
+from perfmodel.serving.operating_point import OperatingPoint, operating_point
 from perfmodel.serving.prefill_chain import PromptLaw, prompt_law
 from perfmodel.serving.servemix import (
     PROMPT_BINS,
@@ -140,6 +140,7 @@ class LatencyEstimate:
     prefill_iteration_fraction: float = 1.0  # iterations carrying prompt tokens: 1 − π(0)
     full_iteration_fraction: float = 1.0  # iterations whose prompt tokens fill B − n_d
     first_decode_step_s: float = math.inf  # E[τ₊] of a request's first decode iteration
+    point: OperatingPoint | None = field(default=None, repr=False, compare=False)
 
     # The percentiles are computed when first read: a goodput search reads only the CDFs
     # at the SLO targets of most of the rates it tries.
@@ -191,13 +192,16 @@ def estimate_latency(
     arrival_cv: float = 1.0,
     full_step_s: float,
     stable: bool = True,
+    warm: LatencyEstimate | None = None,
 ) -> LatencyEstimate:
     """TTFT/TPOT at ``rate_per_s`` (see the module docstring for the model).
 
     ``full_step_s`` (the iteration time at a full token budget, from
     ``queueing.service_rate``) is kept for callers; the chain computes its own.
     ``stable=False`` (the rate is at or above the service rate) returns unbounded
-    latencies without evaluating the model.
+    latencies without evaluating the model. ``warm``: an estimate of the same instance
+    and workload at a lower rate, where the operating point's iteration starts (see
+    :func:`operating_point`; the answer is the same to its tolerance).
     """
     lam = rate_per_s
     B = max_batched_tokens
@@ -216,6 +220,7 @@ def estimate_latency(
         decode_steps=n_all,
         decode_weights=w_all,
         max_steps=int(lengths.output_tokens.max()) - 1,
+        warm=None if warm is None else warm.point,
     )
     if op is None:
         return _unbounded(lam)
@@ -277,6 +282,7 @@ def estimate_latency(
         prefill_iteration_fraction=chain.prefill_fraction,
         full_iteration_fraction=chain.full_fraction,
         first_decode_step_s=float(tag.decode_step_s[0]),
+        point=op,
     )
 
 

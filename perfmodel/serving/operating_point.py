@@ -37,6 +37,7 @@ class OperatingPoint:
     busy: float  # P(engine busy) = P(at least one request resident)
     ttft_s: float  # mean TTFT without the KV-memory wait
     tpot_s: Arr  # mean TPOT per decode-step atom
+    excess_s: float = 0.0  # E[Σ_{j≤n}(E_j − E_∞)]: the tagged request's decode excess
 
 
 def operating_point(
@@ -49,6 +50,7 @@ def operating_point(
     decode_steps: Arr,
     decode_weights: Arr,
     max_steps: int,
+    warm: OperatingPoint | None = None,
 ) -> OperatingPoint | None:
     """Solve the decode population and the chain together; None if unbounded.
 
@@ -64,6 +66,14 @@ def operating_point(
     iteration at low load and ``n_d`` is low there (``n_d`` 1.2 vs 1.9 simulated for
     Mixtral-8x7B on 2×A100, ``code``, ρ = 0.3; the latencies stay within 8 %).
     ``decode_steps``/``decode_weights`` are the atoms of ``o − 1`` (all requests).
+
+    ``warm``: the point at a lower rate of the same instance and workload, where the
+    iteration starts (continuation in the rate: a search evaluates nearby rates one after
+    another). The fixed point may not be unique — an MoE step grows fast with the decodes
+    as more experts are read, and a second, spurious crossing appears above the physical
+    one — and the iteration finds the physical one from below: the cold start is a
+    light-load guess, and a warm point at a lower rate is below it (the decode population
+    grows with the rate); a warm point at a rate ``≥ rate_per_s`` is not used.
     """
     lam, B = rate_per_s, max_batched_tokens
     ctx = m.decode_context_tokens / max(m.decode_steps, 1e-12)
@@ -77,13 +87,18 @@ def operating_point(
     # E[n]·E_∞ + excess, with E_∞ = π·τ₊ from the current chain and the excess
     # E[Σ_{j≤n}(E_j − E_∞)] and E[TTFT] from the last tagged request
     excess, ttft = 0.0, 0.0
-    prev: tuple[NDArray[np.float64], NDArray[np.float64]] | None = None
+    if warm is not None and warm.chain.rate_per_s < lam:
+        x = np.array([warm.chain.decode_seqs, warm.decoders])
+        excess, ttft = warm.excess_s, warm.ttft_s
+    prev: tuple[float, float] | None = None  # (n_d, g₁) of the last iterate
+    below, above = 0.0, math.inf  # the root of g₁ lies between (n_d)
     point: OperatingPoint | None = None
-    levels = 4
+    levels = 4 if warm is None else warm.chain.levels
     for _ in range(80):
         n_d, n_bar = float(x[0]), float(x[1])
         if n_d >= B - 1:
             return None
+        probe = max(2.0, 0.05 * n_bar)  # N̄ step of the slope of E_∞
         chain = backlog_chain(
             inst,
             prompts,
@@ -92,15 +107,16 @@ def operating_point(
             decode_seqs=n_d,
             max_batched_tokens=B,
             min_levels=levels,
-            plus_decode_seqs=n_bar + 1,
+            plus_decode_seqs=(n_bar + 1, n_bar + 1 + probe),
         )
         if chain is None or chain.plus_step_s is None:
             return None
         levels = chain.levels
         G = chain.per_budget
-        tau_plus = chain.plus_step_s
-        tau_plus = np.concatenate([tau_plus, np.full(chain.states - G - 1, tau_plus[G])])
-        e_inf = float(chain.stationary @ tau_plus)
+        tail = np.repeat(chain.plus_step_s[:, G:], chain.states - G - 1, axis=1)
+        taus = np.concatenate([chain.plus_step_s, tail], axis=1)
+        tau_plus = taus[0]
+        e_inf, e_probe = (float(v) for v in taus @ chain.stationary)
 
         per_iteration = lam * chain.mean_step_s * m.decode_steps  # n_d·P(busy)
         busy = max(1.0 - math.exp(-(n_bar + lam * ttft)), 1e-12)
@@ -110,27 +126,48 @@ def operating_point(
             tpot = tag.mean_tpot_s(np.maximum(decode_steps, 1.0))
             new_ttft = busy * tag.residual_s + tag.full_wait_s + tag.last_prefill_s
             new_excess = float(np.dot(w_n, n_pos * (tpot[pos] - e_inf)))
-            point = OperatingPoint(chain, tag, tau_plus, n_bar, busy, new_ttft, tpot)
+            point = OperatingPoint(chain, tag, tau_plus, n_bar, busy, new_ttft, tpot, new_excess)
             if (
                 abs(lam * (new_excess - excess)) <= 1e-3 * max(n_bar, 1e-2)
                 and abs(new_ttft - ttft) <= 1e-3 * new_ttft
             ):
                 return point
-            excess, ttft, prev = new_excess, new_ttft, None  # a new map: restart the secant
+            excess, ttft = new_excess, new_ttft
+            below, above = 0.0, math.inf  # P(busy) moved: g₁ is another map
             busy = max(1.0 - math.exp(-(n_bar + lam * ttft)), 1e-12)
             g = np.array([per_iteration / busy, lam * (mean_n * e_inf + excess)]) - x
-        nxt = x + g  # fixed-point step; per-coordinate secant when it is well posed
-        if prev is not None:
-            dg = g - prev[1]
-            ok = np.abs(dg) > 1e-15
-            sec = np.where(ok, x - g * (x - prev[0]) / np.where(ok, dg, 1.0), nxt)
-            nxt = np.where((sec >= 0) & (sec < B - 1), sec, nxt)
-        prev, x = (x, g), np.maximum(nxt, 0.0)
+        x, prev, below, above = _step(x, g, prev, below, above, B)
+        # N̄: Newton on g₂ at this chain (π depends on n_d only), the slope of E_∞ from
+        # the probe; the fixed-point step where g₂ is not clearly decreasing
+        slope = lam * mean_n * (e_probe - e_inf) / probe - 1.0
+        x[1] = max(n_bar - g[1] / slope if slope < -0.05 else n_bar + g[1], 0.0)
         last = (chain, tau_plus, busy, n_bar)
     if point is None:  # not converged (has not happened in validation): the last iterate
         chain, tau_plus, busy, n_bar = last
         tag = tagged_request(chain, decode_step_s=tau_plus, max_steps=max_steps)
         ttft = busy * tag.residual_s + tag.full_wait_s + tag.last_prefill_s
         tpot = tag.mean_tpot_s(np.maximum(decode_steps, 1.0))
-        point = OperatingPoint(chain, tag, tau_plus, n_bar, busy, ttft, tpot)
+        e_inf = float(chain.stationary @ tau_plus)
+        excess = float(np.dot(w_n, n_pos * (tpot[pos] - e_inf)))
+        point = OperatingPoint(chain, tag, tau_plus, n_bar, busy, ttft, tpot, excess)
     return point
+
+
+def _step(
+    x: Arr, g: Arr, prev: tuple[float, float] | None, below: float, above: float, B: int
+) -> tuple[Arr, tuple[float, float], float, float]:
+    """The next ``n_d``: a secant step on ``g₁`` kept inside the bracket of its root (``g₁``
+    falls with ``n_d`` in small steps — GEMM tile padding — so a secant through two
+    close points may point anywhere), halving the bracket when it leaves it."""
+    n_d = float(x[0])
+    if g[0] > 0:
+        below = max(below, n_d)
+    else:
+        above = min(above, n_d)
+    nxt = n_d + float(g[0])
+    if prev is not None and abs(g[0] - prev[1]) > 1e-15:
+        sec = n_d - float(g[0]) * (n_d - prev[0]) / (float(g[0]) - prev[1])
+        nxt = sec if 0 <= sec < B - 1 else nxt
+    if not below <= nxt <= above and math.isfinite(above):
+        nxt = 0.5 * (below + above)
+    return np.array([max(nxt, 0.0), x[1]]), (n_d, float(g[0])), below, above

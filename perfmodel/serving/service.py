@@ -334,8 +334,11 @@ def stability(service: ServiceRate, rate_per_s: float) -> Stability:
     )
 
 
-def latency(service: ServiceRate, rate_per_s: float) -> LatencyEstimate:
-    """TTFT and TPOT (means, p50/p90/p99) at ``rate_per_s`` (see ``perfmodel.latency``).
+def latency(
+    service: ServiceRate, rate_per_s: float, *, warm: LatencyEstimate | None = None
+) -> LatencyEstimate:
+    """TTFT and TPOT (means, p50/p90/p99) at ``rate_per_s`` (see ``perfmodel.latency``);
+    ``warm``: an estimate of ``service`` at a lower rate to start from (a search's).
 
     With ``pp`` virtual engines: those of one engine at ``rate_per_s/pp`` (its
     ``decode_batch``, ``kv_load`` and ``step_s`` are the engine's), whose arrivals are a
@@ -358,5 +361,6 @@ def latency(service: ServiceRate, rate_per_s: float) -> LatencyEstimate:
         arrival_cv=math.sqrt(1.0 + (service.workload.arrival_cv**2 - 1.0) / pp),
         full_step_s=service.full_step_s,
         stable=st.stable,
+        warm=warm,
     )
     return est if pp == 1 else replace(est, rate_per_s=rate_per_s)

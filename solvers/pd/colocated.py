@@ -86,8 +86,10 @@ class _Meets:
 
     def _estimate(self, rate: float) -> LatencyEstimate:
         est = self.cache.get(rate)
-        if est is None:
-            est = self.cache[rate] = latency(self.sv, rate)
+        if est is None:  # start from the estimate at the highest rate below (continuation)
+            i = bisect.bisect_left(self.rates, rate)
+            warm = self.cache[self.rates[i - 1]] if i > 0 else None
+            est = self.cache[rate] = latency(self.sv, rate, warm=warm)
         if rate not in self.rates:
             i = bisect.bisect_left(self.rates, rate)
             self.rates.insert(i, rate)

@@ -36,9 +36,9 @@ def test_goodput_meets_and_a_rate_tol_above_fails(
     calls: list[float] = []
     real = q_goodput.latency
 
-    def counted(sr: q.ServiceRate, rate: float) -> object:
+    def counted(sr: q.ServiceRate, rate: float, **kw: object) -> object:
         calls.append(rate)
-        return real(sr, rate)
+        return real(sr, rate, **kw)  # type: ignore[arg-type]
 
     monkeypatch.setattr(q_goodput, "latency", counted)
     slo = SLO(ttft_s=ttft_s, tpot_s=tpot_s, percentile=0.9, goal=goal)
