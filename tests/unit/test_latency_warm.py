@@ -26,7 +26,9 @@ def mixtral() -> q.ServiceRate:
 
 
 @pytest.mark.parametrize(("rho_warm", "rho"), [(0.3, 0.5), (0.45, 0.5), (0.5, 0.7), (0.69, 0.7)])
-def test_warm_start_finds_the_same_point(mixtral: q.ServiceRate, rho_warm: float, rho: float) -> None:
+def test_warm_start_finds_the_same_point(
+    mixtral: q.ServiceRate, rho_warm: float, rho: float
+) -> None:
     mu = mixtral.rate_per_s
     cold = q.latency(mixtral, rho * mu)
     warm = q.latency(mixtral, rho * mu, warm=q.latency(mixtral, rho_warm * mu))
