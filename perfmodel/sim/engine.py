@@ -46,7 +46,7 @@ from __future__ import annotations
 import gc
 import math
 from dataclasses import dataclass
-from heapq import heappop
+from heapq import heappop, heappush
 
 import numpy as np
 from numpy.typing import NDArray
@@ -96,7 +96,7 @@ def _run(e: EngineState, skip_ahead: bool) -> EngineRun:
     room, max_time_s, q_every, waiting, act, pref, due, dues = (
         M - e.reserve, e.max_time_s, e.q_every, e.waiting, e.act, e.pref, e.due, e.dues
     )  # fmt: skip
-    ctx, isdec, gfin, finish = e.ctx, e.isdec, e.gfin, e.finish
+    ctx, gen, isdec, gfin, finish, first = e.ctx, e.gen, e.isdec, e.gfin, e.finish, e.first
     q_t, q_len, q_kv, pc, tt, terms = e.q_t, e.q_len, e.q_kv, e.pc, e.tt, e.terms
     admit, skip_run = make_admit(e), make_skip_run(e, terms)
     skip_ahead = skip_ahead and terms is not None  # else the skip-ahead makes the same calls
@@ -143,6 +143,28 @@ def _run(e: EngineState, skip_ahead: bool) -> EngineRun:
             if pref or kv + nd > M or nd > B or (has_pc and waiting and nd < B):
                 t, busy, dt, it, G, kv, nd, bs = e.iterate_from(t, busy, dt, it, G, kv, nd, bs)
                 gnext = dues[0] if dues else inf
+            elif (waiting and exact and len(waiting) == 1 and (g0 := gen_done[r := waiting[0]])
+                    + 1 < o_out[r] and (rm := s_in[r] + g0) <= C and nd + rm <= B
+                    and kv + nd + rm <= room):  # fmt: skip
+                # make_admit for its commonest case: one request, its whole prompt in one
+                # chunk, a decoder after it (the same operations, no call)
+                waiting.popleft()
+                d_ctx, kv, G = bs + nd * G, kv + nd + rm, G + 1
+                act[r] = None
+                ctx[r], gen[r], isdec[r], gfin[r] = rm - G, g0 + 1 - G, True, o_out[r] - g0 - 1 + G
+                if (b := due.get(g := gfin[r])) is None:
+                    due[g] = [r]
+                    heappush(dues, g)
+                    gnext = g if g < gnext else gnext
+                else:
+                    b.append(r)
+                c = a_pp * (rm * (rm + 1) / 2) + a_dp * (d_ctx + nd)
+                m = a_kv * (d_ctx + rm) + a_tok * (nd + rm) + a_dx * d_ctx
+                dt = token_s[nd + rm] + rows_s[nd + 1] + (m if m > c else c) + over
+                t = t + dt
+                if first[r] == inf:
+                    first[r] = t
+                busy, it, nd, bs = busy + dt, it + 1, nd + 1, bs + rm - G
             elif waiting and nd < B and (s := admit(t, busy, it, G, kv + nd, nd, bs)):
                 t, busy, dt, it, G, kv, nd, bs, gnext = s  # admissions (admission.make_admit)
             elif not nd:  # nothing fits: the head request waits for memory that never frees

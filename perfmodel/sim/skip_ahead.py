@@ -42,9 +42,13 @@ def make_skip_run(e: EngineState, terms: StepTerms | None) -> SkipRun:
     ) -> RunCounters | None:
         while True:  # drop stale calendar entries: the top is then the first completion
             g = dues[0]
-            if any(gfin[k] == g and isdec[k] and k in act for k in due[g]):
-                break
-            del due[heappop(dues)]
+            for k in due[g]:
+                if gfin[k] == g and isdec[k] and k in act:
+                    break
+            else:
+                del due[heappop(dues)]
+                continue
+            break
         # exact bounds: the first completion (its iteration ends the run) and the KV
         j = min(g - G, (M - kv) // nd)
         if j < 2:
