@@ -76,22 +76,24 @@ class EngineRun:
     recompute_tokens: int = 0  # tokens computed again after preemptions
 
 
-def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
+def run_engine(e: EngineState, *, skip_ahead: bool, general: bool = False) -> EngineRun:
     """Run the engine from state ``e`` (its inputs already validated by ``simulate``).
 
+    ``general``: every iteration through ``EngineState.schedule`` / ``admit`` / ``step``,
+    no inline path and no skip-ahead (the reference the fast paths are tested against).
     The loop creates no reference cycles, so the cyclic garbage collector is paused while
     it runs (its passes over the young tuples cost ~5 % of a busy run) and restored after.
     """
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _run(e, skip_ahead)
+        return _run(e, skip_ahead and not general, general)
     finally:
         if enabled:
             gc.enable()
 
 
-def _run(e: EngineState, skip_ahead: bool) -> EngineRun:
+def _run(e: EngineState, skip_ahead: bool, general: bool) -> EngineRun:
     n, arr, s_in, o_out, gen_done, M, B, C = e.n, e.arr, e.s_in, e.o_out, e.gen_done, e.M, e.B, e.C
     room, max_time_s, q_every, waiting, act, pref, due, dues = (
         M - e.reserve, e.max_time_s, e.q_every, e.waiting, e.act, e.pref, e.due, e.dues
@@ -108,6 +110,8 @@ def _run(e: EngineState, skip_ahead: bool) -> EngineRun:
     na = arr[nxt] if nxt < n else inf  # the next arrival
     gnext = dues[0] if dues else inf  # the next G at which decoders may complete
     warm, has_pc, exact = QUEUE_WARMUP, pc is not None, terms is not None
+    qn = it if sample_i < warm else it + (-it) % q_every  # the next iteration sampled
+    Bg = -1 if general else B  # n_dec > Bg sends an iteration to the general path
     while True:
         if na <= t:  # arrivals up to t join the queue (a request that can never fit: rejected)
             while na <= t:
@@ -126,21 +130,22 @@ def _run(e: EngineState, skip_ahead: bool) -> EngineRun:
             break
         # a decode-only run that looks worth it (stepping gives the same; see skip_ahead)
         # when no prefill runs, the decoders fit the budget and the queue's head is blocked
-        if (skip_ahead and not pref and 0 < nd <= B and sample_i >= warm
-                and gnext >= G + MIN_RUN and na - t >= MIN_RUN * dt and it >= e.retry_at
+        if (skip_ahead and gnext - G >= MIN_RUN and na - t >= MIN_RUN * dt and not pref
+                and 0 < nd <= B and sample_i >= warm and it >= e.retry_at
                 and (not waiting or nd == B or kv + nd + min(
                     s_in[waiting[0]] + gen_done[waiting[0]], C, B - nd) > room)
                 and (ran := skip_run(t, busy, dt, it, G, kv, nd, bs, na)) is not None):  # fmt: skip
             t, busy, dt, it, G, kv, sampled = ran
-            sample_i += sampled
+            sample_i, qn = sample_i + sampled, it + (-it) % q_every
         else:
-            if it % q_every == 0 or sample_i < warm:
+            if it >= qn:  # the first QUEUE_WARMUP iterations, then every q_every-th
                 q_t.append(t)
                 q_len.append(len(waiting))
                 q_kv.append(kv)
                 sample_i += 1
+                qn = it + 1 if sample_i < warm else it + q_every - it % q_every
             # running prefills, a preemption, capped decodes, admissions with a prefix cache
-            if pref or kv + nd > M or nd > B or (has_pc and waiting and nd < B):
+            if pref or kv + nd > M or nd > Bg or (has_pc and waiting and nd < B):
                 t, busy, dt, it, G, kv, nd, bs = e.iterate_from(t, busy, dt, it, G, kv, nd, bs)
                 gnext = dues[0] if dues else inf
             elif (waiting and exact and len(waiting) == 1 and (g0 := gen_done[r := waiting[0]])
@@ -190,11 +195,12 @@ def _run(e: EngineState, skip_ahead: bool) -> EngineRun:
                 for k in due.pop(g):
                     if gfin[k] == g and isdec[k] and k in act:
                         finish[k] = t
-                        kv -= ctx[k] + G
+                        cx = ctx[k]
+                        kv -= cx + G
                         if has_pc:
-                            pc.freed += ctx[k] + G  # type: ignore[union-attr]
+                            pc.freed += cx + G  # type: ignore[union-attr]
                         nd -= 1
-                        bs -= ctx[k]
+                        bs -= cx
                         del act[k]
             gnext = dues[0] if dues else inf
     e.t, e.busy, e.iterations, e.nxt = t, busy, it, nxt
