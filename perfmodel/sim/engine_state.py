@@ -1,9 +1,10 @@
 """The simulator engine's state and its per-iteration phases (see :mod:`perfmodel.sim.engine`).
 
-:class:`EngineState` holds every request's slot and the engine's counters; one
+:class:`EngineState` holds every request's state and the engine's counters; one
 iteration is the arrivals, :meth:`~EngineState.schedule` (the running
 requests' decodes and chunks, with preemption), :meth:`~EngineState.admit` (waiting
-requests, FIFO) and :meth:`~EngineState.step` (the iteration's time and effect). The
+requests, FIFO), :meth:`~EngineState.step` (the iteration's time and effect) and the
+completions (done by the loop, :mod:`perfmodel.sim.engine`, from the calendar below). The
 decode-only skip-ahead is :mod:`perfmodel.sim.skip_ahead`. The hot methods copy the
 attributes they touch into locals.
 
@@ -134,7 +135,8 @@ class EngineState:
     ) -> Counters:
         """One iteration in the general case (schedule, admit, step) from the loop's
         counters (time, busy time, last step, iterations, G, KV held, decoders, Σ base);
-        returns them after it."""
+        returns them after it. The decoders that completed are left in the calendar for
+        the loop."""
         self.t, self.busy, self.dt, self.iterations, self.G = t, busy, dt, it, G
         self.kv_used, self.n_dec, self.base_sum = kv, nd, bs
         nd, budget, d_ctx, chunks, sel = self.schedule()
