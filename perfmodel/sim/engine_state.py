@@ -160,7 +160,7 @@ class EngineState:
     def preempt_newest(self) -> tuple[int, bool, int]:
         """Free the most recently admitted running request (vLLM recompute preemption).
 
-        Returns its slot, whether it was decoding, and its context before this iteration.
+        Returns the request, whether it was decoding, and its context before this iteration.
         """
         k = r = next(reversed(self.act))
         dec = self.isdec[k]
