@@ -7,18 +7,18 @@ they are executed fast:
   iteration, so instead of touching every decoder each iteration the engine keeps a
   global decode counter ``G`` and stores a decoder's context and generated count as
   offsets from it (``ctx = base + G``). The decode context of an iteration is then
-  ``Σ base + n_dec·G``, and completions come from a heap keyed by the value of ``G``
-  at which each decoder reaches its output length. An ordinary iteration costs about a
-  microsecond whatever the batch size.
+  ``Σ base + n_dec·G``, and completions come from a calendar keyed by the value of
+  ``G`` at which each decoder reaches its output length (``EngineState.due``). An
+  ordinary iteration costs well under a microsecond whatever the batch size.
 * **The common iteration in locals.** :func:`run_engine` keeps the engine's counters
   (time, busy time, iterations, ``G``, KV held, decoders, ``Σ base``, the next arrival,
-  a lower bound of the next completion's ``G``) in local variables and runs the common
-  iteration inline: arrivals, a decode-only step (``StepTable.time_s`` inlined from
-  :func:`perfmodel.sim.engine_state.step_terms`), the commonest admission (one waiting
-  request whose whole prompt fits one chunk) and completions. Other admissions are
-  :func:`perfmodel.sim.admission.make_admit_step`; an iteration with prefills already
-  running, more decoders than the budget, a preemption, or admissions with a prefix
-  cache goes through the general ``EngineState.schedule`` / ``admit`` / ``step``
+  the next calendar ``G``) in local variables and runs the common iteration inline:
+  arrivals, a decode-only step (``StepTable.time_s`` inlined from
+  :func:`perfmodel.sim.engine_state.step_terms`) and completions. An iteration that
+  admits requests (no prefill running, the decoders within the budget, no prefix cache)
+  is :func:`perfmodel.sim.admission.make_admit`; one with prefills already running, more
+  decoders than the budget, a preemption, or admissions with a prefix cache goes through
+  the general ``EngineState.schedule`` / ``admit`` / ``step``
   (:meth:`EngineState.iterate_from`: the counters written back first and read after).
   Every path performs the float operations of the general one in its order, so the
   results are the same bit for bit (``tests/unit/test_sim_loop.py`` runs a table whose
@@ -52,7 +52,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from perfmodel.errors import SpecError
-from perfmodel.sim.admission import make_admit_step
+from perfmodel.sim.admission import make_admit
 from perfmodel.sim.engine_state import NO_TERMS, QUEUE_WARMUP, EngineState
 from perfmodel.sim.skip_ahead import MIN_RUN, make_skip_run
 
@@ -76,31 +76,31 @@ class EngineRun:
     recompute_tokens: int = 0  # tokens computed again after preemptions
 
 
-def run_engine(e: EngineState, *, skip_ahead: bool) -> EngineRun:
+def run_engine(e: EngineState, *, skip_ahead: bool, general: bool = False) -> EngineRun:
     """Run the engine from state ``e`` (its inputs already validated by ``simulate``).
 
+    ``general``: every iteration through ``EngineState.schedule`` / ``admit`` / ``step``,
+    no inline path and no skip-ahead (the reference the fast paths are tested against).
     The loop creates no reference cycles, so the cyclic garbage collector is paused while
     it runs (its passes over the young tuples cost ~5 % of a busy run) and restored after.
     """
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return _run(e, skip_ahead)
+        return _run(e, skip_ahead and not general, general)
     finally:
         if enabled:
             gc.enable()
 
 
-def _run(e: EngineState, skip_ahead: bool) -> EngineRun:
+def _run(e: EngineState, skip_ahead: bool, general: bool) -> EngineRun:
     n, arr, s_in, o_out, gen_done, M, B, C = e.n, e.arr, e.s_in, e.o_out, e.gen_done, e.M, e.B, e.C
-    room, max_time_s, q_every, waiting, act, pref, heap, first = (
-        M - e.reserve, e.max_time_s, e.q_every, e.waiting, e.act, e.pref, e.heap, e.first
+    room, max_time_s, q_every, waiting, act, pref, due, dues = (
+        M - e.reserve, e.max_time_s, e.q_every, e.waiting, e.act, e.pref, e.due, e.dues
     )  # fmt: skip
-    ctx, req, isdec, seq_of, gfin, free, finish, out, rem, gen = (
-        e.ctx, e.req, e.isdec, e.seq_of, e.gfin, e.free, e.finish, e.out, e.rem, e.gen
-    )  # fmt: skip
+    ctx, gen, isdec, gfin, finish, first = e.ctx, e.gen, e.isdec, e.gfin, e.finish, e.first
     q_t, q_len, q_kv, pc, tt, terms = e.q_t, e.q_len, e.q_kv, e.pc, e.tt, e.terms
-    admit_step, skip_run = make_admit_step(e), make_skip_run(e, terms)
+    admit, skip_run = make_admit(e), make_skip_run(e, terms)
     skip_ahead = skip_ahead and terms is not None  # else the skip-ahead makes the same calls
     token_s, rows_s, a_pp, a_dp, a_kv, a_tok, a_dx, over = terms or NO_TERMS
     zero, inf = a_pp * 0.0, math.inf  # no prefill pairs
@@ -108,8 +108,10 @@ def _run(e: EngineState, skip_ahead: bool) -> EngineRun:
         e.t, e.busy, e.dt, e.iterations, e.G, e.kv_used, e.n_dec, e.base_sum, e.nxt, e.sample_i
     )  # fmt: skip
     na = arr[nxt] if nxt < n else inf  # the next arrival
-    gnext = heap[0][0] if heap else inf  # at most the next completion's G (the top)
+    gnext = dues[0] if dues else inf  # the next G at which decoders may complete
     warm, has_pc, exact = QUEUE_WARMUP, pc is not None, terms is not None
+    qn = it if sample_i < warm else it + (-it) % q_every  # the next iteration sampled
+    Bg = -1 if general else B  # n_dec > Bg sends an iteration to the general path
     while True:
         if na <= t:  # arrivals up to t join the queue (a request that can never fit: rejected)
             while na <= t:
@@ -128,58 +130,55 @@ def _run(e: EngineState, skip_ahead: bool) -> EngineRun:
             break
         # a decode-only run that looks worth it (stepping gives the same; see skip_ahead)
         # when no prefill runs, the decoders fit the budget and the queue's head is blocked
-        if (skip_ahead and not pref and 0 < nd <= B and sample_i >= warm
-                and gnext >= G + MIN_RUN and na - t >= MIN_RUN * dt and it >= e.retry_at
+        if (skip_ahead and gnext - G >= MIN_RUN and na - t >= MIN_RUN * dt and not pref
+                and 0 < nd <= B and sample_i >= warm and it >= e.retry_at
                 and (not waiting or nd == B or kv + nd + min(
                     s_in[waiting[0]] + gen_done[waiting[0]], C, B - nd) > room)
                 and (ran := skip_run(t, busy, dt, it, G, kv, nd, bs, na)) is not None):  # fmt: skip
             t, busy, dt, it, G, kv, sampled = ran
-            sample_i += sampled
+            sample_i, qn = sample_i + sampled, it + (-it) % q_every
         else:
-            if it % q_every == 0 or sample_i < warm:
+            if it >= qn:  # the first QUEUE_WARMUP iterations, then every q_every-th
                 q_t.append(t)
                 q_len.append(len(waiting))
                 q_kv.append(kv)
                 sample_i += 1
+                qn = it + 1 if sample_i < warm else it + q_every - it % q_every
             # running prefills, a preemption, capped decodes, admissions with a prefix cache
-            if pref or kv + nd > M or nd > B or (has_pc and waiting and nd < B):
+            if pref or kv + nd > M or nd > Bg or (has_pc and waiting and nd < B):
                 t, busy, dt, it, G, kv, nd, bs = e.iterate_from(t, busy, dt, it, G, kv, nd, bs)
-                gnext = heap[0][0] if heap else inf
-                continue
-            kv += nd  # the common case: every decoder advances, no prefill is running
-            d_ctx = bs + nd * G
-            decode_only = not waiting or nd >= B
-            if not decode_only:
-                r = waiting[0]
-                rm, g0 = s_in[r] + gen_done[r], gen_done[r]
-                if (exact and free and len(waiting) == 1 and g0 + 1 < o_out[r]
-                        and rm <= C and nd + rm <= B and kv + rm <= room):  # fmt: skip
-                    # admit_step for its commonest case: one request, its whole prompt in
-                    # one chunk, a decoder after it (the same operations, no call)
-                    waiting.popleft()
-                    G += 1
-                    k, o, sq = free.pop(), o_out[r], e.seq
-                    req[k], out[k], seq_of[k], rem[k], act[k], e.seq = r, o, sq, 0, None, sq + 1
-                    ctx[k], gen[k], isdec[k], gfin[k] = rm - G, g0 + 1 - G, True, o - g0 - 1 + G
-                    heappush(heap, (gfin[k], sq, k))
-                    c = a_pp * (rm * (rm + 1) / 2) + a_dp * (d_ctx + nd)
-                    m = a_kv * (d_ctx + rm) + a_tok * (nd + rm) + a_dx * d_ctx
-                    dt = token_s[nd + rm] + rows_s[nd + 1] + (m if m > c else c) + over
-                    t = t + dt
-                    if first[r] == inf:
-                        first[r] = t
-                    busy, it, kv, nd, bs = busy + dt, it + 1, kv + rm, nd + 1, bs + rm - G
-                    gnext = heap[0][0]
-                elif s := admit_step(t, busy, it, G, kv, nd, bs, d_ctx):
-                    t, busy, dt, it, G, kv, nd, bs = s
-                    gnext = heap[0][0] if heap else inf
+                gnext = dues[0] if dues else inf
+            elif (waiting and exact and len(waiting) == 1 and (g0 := gen_done[r := waiting[0]])
+                    + 1 < o_out[r] and (rm := s_in[r] + g0) <= C and nd + rm <= B
+                    and kv + nd + rm <= room):  # fmt: skip
+                # make_admit for its commonest case: one request, its whole prompt in one
+                # chunk, a decoder after it (the same operations, no call)
+                waiting.popleft()
+                d_ctx, kv, G = bs + nd * G, kv + nd + rm, G + 1
+                act[r] = None
+                ctx[r], gen[r], isdec[r], gfin[r] = rm - G, g0 + 1 - G, True, o_out[r] - g0 - 1 + G
+                if (b := due.get(g := gfin[r])) is None:
+                    due[g] = [r]
+                    heappush(dues, g)
+                    gnext = g if g < gnext else gnext
                 else:
-                    decode_only = True
-            if decode_only:
-                if not nd:  # nothing fits: the head request waits for memory that never frees
-                    if not act and waiting:
-                        raise SpecError("a request cannot be admitted into an empty KV cache")
-                    continue
+                    b.append(r)
+                c = a_pp * (rm * (rm + 1) / 2) + a_dp * (d_ctx + nd)
+                m = a_kv * (d_ctx + rm) + a_tok * (nd + rm) + a_dx * d_ctx
+                dt = token_s[nd + rm] + rows_s[nd + 1] + (m if m > c else c) + over
+                t = t + dt
+                if first[r] == inf:
+                    first[r] = t
+                busy, it, nd, bs = busy + dt, it + 1, nd + 1, bs + rm - G
+            elif waiting and nd < B and (s := admit(t, busy, it, G, kv + nd, nd, bs)):
+                t, busy, dt, it, G, kv, nd, bs, gnext = s  # admissions (admission.make_admit)
+            elif not nd:  # nothing fits: the head request waits for memory that never frees
+                if not act and waiting:
+                    raise SpecError("a request cannot be admitted into an empty KV cache")
+                continue
+            else:  # every decoder advances, no prefill is running, nothing admitted
+                kv += nd
+                d_ctx = bs + nd * G
                 if exact:  # StepTable.time_s of (nd, nd, 0.0, d_ctx + nd, d_ctx) inlined
                     c = zero + a_dp * (d_ctx + nd)
                     m = a_kv * d_ctx + a_tok * nd + a_dx * d_ctx
@@ -190,19 +189,20 @@ def _run(e: EngineState, skip_ahead: bool) -> EngineRun:
                 busy += dt
                 it += 1
                 G += 1
-        if gnext <= G:  # decoders that reached their output length (a lower bound of the top)
-            while heap and heap[0][0] <= G:
-                g, sq, k = heappop(heap)
-                if k in act and isdec[k] and seq_of[k] == sq and gfin[k] == g:
-                    finish[req[k]] = t
-                    kv -= ctx[k] + G
-                    if has_pc:
-                        pc.freed += ctx[k] + G  # type: ignore[union-attr]
-                    nd -= 1
-                    bs -= ctx[k]
-                    del act[k]
-                    free.append(k)
-            gnext = heap[0][0] if heap else inf
+        if gnext <= G:  # decoders that reached their output length (the calendar)
+            while dues and dues[0] <= G:
+                g = heappop(dues)
+                for k in due.pop(g):
+                    if gfin[k] == g and isdec[k] and k in act:
+                        finish[k] = t
+                        cx = ctx[k]
+                        kv -= cx + G
+                        if has_pc:
+                            pc.freed += cx + G  # type: ignore[union-attr]
+                        nd -= 1
+                        bs -= cx
+                        del act[k]
+            gnext = dues[0] if dues else inf
     e.t, e.busy, e.iterations, e.nxt = t, busy, it, nxt
     return _result(e)
 

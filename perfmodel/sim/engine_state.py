@@ -1,11 +1,18 @@
 """The simulator engine's state and its per-iteration phases (see :mod:`perfmodel.sim.engine`).
 
-:class:`EngineState` holds every request's slot and the engine's counters; one
+:class:`EngineState` holds every request's state and the engine's counters; one
 iteration is the arrivals, :meth:`~EngineState.schedule` (the running
 requests' decodes and chunks, with preemption), :meth:`~EngineState.admit` (waiting
-requests, FIFO) and :meth:`~EngineState.step` (the iteration's time and effect). The
+requests, FIFO), :meth:`~EngineState.step` (the iteration's time and effect) and the
+completions (done by the loop, :mod:`perfmodel.sim.engine`, from the calendar below). The
 decode-only skip-ahead is :mod:`perfmodel.sim.skip_ahead`. The hot methods copy the
 attributes they touch into locals.
+
+State is kept per request (index ``r``: no slots to allocate), and a decoder's completion
+is in a calendar: ``due[g]`` lists the decoders that reach their output length when the
+global decode counter ``G`` reaches ``g``, and the heap ``dues`` holds each such ``g``
+once. An entry goes stale when its decoder is preempted or held back (capped decodes);
+it is valid iff the request is running, decoding and its ``gfin`` is still ``g``.
 """
 
 from __future__ import annotations
@@ -57,16 +64,15 @@ def step_terms(table: StepTable) -> StepTerms | None:
 
 
 class EngineState:
-    """The engine's state. Per slot: for a decoder ``ctx``/``gen`` hold offsets from the
+    """The engine's state. Per request: for a decoder ``ctx``/``gen`` hold offsets from the
     global decode counter ``G``, for a prefill absolute values."""
 
     __slots__ = (
-        "B", "C", "G", "M", "act", "arr", "base_sum", "busy", "ctx", "dt",
-        "finish", "first", "free", "gen", "gen_done", "gfin", "heap", "isdec", "iterations",
-        "kv_used",
-        "max_time_s", "n", "n_dec", "nxt", "o_out", "out", "pc", "preemptions", "pref",
-        "q_every", "q_kv", "q_len", "q_t", "recomputed", "rejected", "rem", "req", "reserve",
-        "retry_at", "s_in", "sample_i", "seq", "seq_of", "t", "table", "terms", "tt", "waiting",
+        "B", "C", "G", "M", "act", "arr", "base_sum", "busy", "ctx", "dt", "due", "dues",
+        "finish", "first", "gen", "gen_done", "gfin", "isdec", "iterations", "kv_used",
+        "max_time_s", "n", "n_dec", "nxt", "o_out", "pc", "preemptions", "pref",
+        "q_every", "q_kv", "q_len", "q_t", "recomputed", "rejected", "rem", "reserve",
+        "retry_at", "s_in", "sample_i", "t", "table", "terms", "tt", "waiting",
     )  # fmt: skip
 
     def __init__(
@@ -98,18 +104,15 @@ class EngineState:
         self.gen_done = [0] * n  # tokens generated, kept across a preemption
         self.table, self.tt = table, table.iteration_fn()
         self.terms = step_terms(table)
-        self.req: list[int] = []
-        self.ctx: list[int] = []
-        self.rem: list[int] = []
-        self.gen: list[int] = []
-        self.out: list[int] = []
-        self.gfin: list[int] = []  # decoder: the value of G at which it has generated `out`
-        self.seq_of: list[int] = []
-        self.isdec: list[bool] = []
-        self.free: list[int] = []
-        self.act: dict[int, None] = {}  # running slots in admission order (newest last)
-        self.pref: dict[int, None] = {}  # running slots still in prefill, admission order
-        self.heap: list[tuple[int, int, int]] = []  # (gfin, seq, slot); stale entries skipped
+        self.ctx = [0] * n
+        self.rem = [0] * n  # a prefill's prompt tokens still to compute
+        self.gen = [0] * n
+        self.gfin = [0] * n  # decoder: the value of G at which it has generated its output
+        self.isdec = [False] * n
+        self.act: dict[int, None] = {}  # running requests in admission order (newest last)
+        self.pref: dict[int, None] = {}  # running requests still in prefill, admission order
+        self.due: dict[int, list[int]] = {}  # g -> decoders whose gfin was g (stale: skipped)
+        self.dues: list[int] = []  # heap of the keys of `due`
         self.n_dec = 0  # decoders
         self.base_sum = 0  # Σ ctx offsets of the decoders
         self.G = 0
@@ -118,7 +121,6 @@ class EngineState:
         self.t = 0.0
         self.busy = 0.0
         self.kv_used = 0
-        self.seq = 0
         self.rejected = self.preemptions = self.iterations = 0
         self.q_every = max(1, n // max(queue_samples, 1))
         self.q_t: list[float] = []
@@ -133,7 +135,8 @@ class EngineState:
     ) -> Counters:
         """One iteration in the general case (schedule, admit, step) from the loop's
         counters (time, busy time, last step, iterations, G, KV held, decoders, Σ base);
-        returns them after it."""
+        returns them after it. The decoders that completed are left in the calendar for
+        the loop."""
         self.t, self.busy, self.dt, self.iterations, self.G = t, busy, dt, it, G
         self.kv_used, self.n_dec, self.base_sum = kv, nd, bs
         nd, budget, d_ctx, chunks, sel = self.schedule()
@@ -144,17 +147,22 @@ class EngineState:
             self.base_sum,
         )  # fmt: skip
 
-    def valid(self, entry: tuple[int, int, int]) -> bool:
-        g, sq, k = entry
-        return k in self.act and self.isdec[k] and self.seq_of[k] == sq and self.gfin[k] == g
+    def due_at(self, k: int, g: int) -> None:
+        """Decoder ``k`` completes when ``G`` reaches ``g`` (its ``gfin``): in the calendar."""
+        self.gfin[k] = g
+        b = self.due.get(g)
+        if b is None:
+            self.due[g] = [k]
+            heapq.heappush(self.dues, g)
+        else:
+            b.append(k)
 
     def preempt_newest(self) -> tuple[int, bool, int]:
         """Free the most recently admitted running request (vLLM recompute preemption).
 
-        Returns its slot, whether it was decoding, and its context before this iteration.
+        Returns the request, whether it was decoding, and its context before this iteration.
         """
-        k = next(reversed(self.act))
-        r = self.req[k]
+        k = r = next(reversed(self.act))
         dec = self.isdec[k]
         if dec:
             c, g = self.ctx[k] + self.G, self.gen[k] + self.G
@@ -169,37 +177,9 @@ class EngineState:
             self.pc.preempt(r, c, self.kv_used, self.M)
         self.gen_done[r] = g
         del self.act[k]
-        self.free.append(k)
         self.preemptions += 1
         self.waiting.appendleft(r)
         return k, dec, c
-
-    def finish_decoders(self) -> None:
-        """Complete the decoders whose generated count reached their output length."""
-        heap, G = self.heap, self.G
-        if not heap or heap[0][0] > G:
-            return
-        ctx, act, free, finish, req, t = (
-            self.ctx,
-            self.act,
-            self.free,
-            self.finish,
-            self.req,
-            self.t,
-        )
-        while heap and heap[0][0] <= G:
-            e = heapq.heappop(heap)
-            if not self.valid(e):
-                continue
-            k = e[2]
-            finish[req[k]] = t
-            self.kv_used -= ctx[k] + G
-            if self.pc is not None:
-                self.pc.freed += ctx[k] + G
-            self.n_dec -= 1
-            self.base_sum -= ctx[k]
-            del act[k]
-            free.append(k)
 
     def schedule(self) -> tuple[int, int, int, list[tuple[int, int]], set[int] | None]:
         """The running requests' share of the next iteration: decodes (the oldest ``B`` if
@@ -258,11 +238,11 @@ class EngineState:
         waiting = self.waiting
         if budget <= 0 or not waiting:
             return budget
-        s_in, gen_done, o_out, C = self.s_in, self.gen_done, self.o_out, self.C
-        req, ctx, rem, gen, out = self.req, self.ctx, self.rem, self.gen, self.out
-        seq_of, isdec, free, act, pref = self.seq_of, self.isdec, self.free, self.act, self.pref
+        s_in, gen_done, C = self.s_in, self.gen_done, self.C
+        ctx, rem, gen, isdec = self.ctx, self.rem, self.gen, self.isdec
+        act, pref = self.act, self.pref
         room = self.M - self.reserve
-        kv_used, seq, pc = self.kv_used, self.seq, self.pc
+        kv_used, pc = self.kv_used, self.pc
         while budget > 0 and waiting:
             r = waiting[0]
             rm = s_in[r] + gen_done[r]  # recompute prompt + generated after a preemption
@@ -276,34 +256,21 @@ class EngineState:
                 self.recomputed -= kept
                 kv_used += kept
                 rm -= kept
-            if free:
-                k = free.pop()
-                req[k], ctx[k], rem[k], gen[k], out[k] = r, kept, rm, gen_done[r], o_out[r]
-                seq_of[k], isdec[k] = seq, False
-            else:
-                k = len(req)
-                req.append(r)
-                ctx.append(kept)
-                rem.append(rm)
-                gen.append(gen_done[r])
-                out.append(o_out[r])
-                self.gfin.append(0)
-                seq_of.append(seq)
-                isdec.append(False)
-            seq += 1
-            act[k] = None
-            pref[k] = None
-            chunks.append((k, c))
+            ctx[r], rem[r], gen[r], isdec[r] = kept, rm, gen_done[r], False
+            act[r] = None
+            pref[r] = None
+            chunks.append((r, c))
             kv_used += c
             budget -= c
-        self.kv_used, self.seq = kv_used, seq
+        self.kv_used = kv_used
         return budget
 
     def step(
         self, nd: int, d_ctx: int, chunks: list[tuple[int, int]], sel: set[int] | None
     ) -> None:
         """Cost the iteration and apply it: decodes advance, chunks complete prefills (the
-        first token), finished requests free their KV."""
+        first token), a request done at its first token frees its KV. (Decoders reaching
+        their output length are completed by the loop, from the calendar.)"""
         ctx = self.ctx
         pre_tok = 0
         pairs = 0.0
@@ -331,22 +298,11 @@ class EngineState:
         self.G += 1
         if chunks:
             self._advance_chunks(chunks)
-        heap = self.heap
-        if heap and heap[0][0] <= self.G:
-            self.finish_decoders()
 
     def _advance_chunks(self, chunks: list[tuple[int, int]]) -> None:
         """Chunks done: a prompt finished emits its first token, then decodes or finishes."""
-        ctx, rem, gen, out, req, first = (
-            self.ctx,
-            self.rem,
-            self.gen,
-            self.out,
-            self.req,
-            self.first,
-        )
-        pref, act, free, gfin, seq_of, heap = (
-            self.pref, self.act, self.free, self.gfin, self.seq_of, self.heap
+        ctx, rem, gen, out, first, pref, act = (
+            self.ctx, self.rem, self.gen, self.o_out, self.first, self.pref, self.act
         )  # fmt: skip
         t, G = self.t, self.G
         freed = new_dec = new_base = 0
@@ -355,23 +311,20 @@ class EngineState:
             rem[k] -= c
             if rem[k] == 0:
                 gen[k] += 1
-                r = req[k]
-                if first[r] == math.inf:
-                    first[r] = t
+                if first[k] == math.inf:
+                    first[k] = t
                 del pref[k]
                 if gen[k] >= out[k]:
-                    self.finish[r] = t
+                    self.finish[k] = t
                     freed += ctx[k]
                     del act[k]
-                    free.append(k)
                 else:  # becomes a decoder: store offsets from G
                     ctx[k] -= G
                     gen[k] -= G
                     self.isdec[k] = True
                     new_dec += 1
                     new_base += ctx[k]
-                    gfin[k] = out[k] - gen[k]
-                    heapq.heappush(heap, (gfin[k], seq_of[k], k))
+                    self.due_at(k, out[k] - gen[k])
         self.kv_used -= freed
         if self.pc is not None:
             self.pc.freed += freed
@@ -386,5 +339,4 @@ class EngineState:
                 ctx[k] -= 1
                 gen[k] -= 1
                 self.base_sum -= 1
-                gfin[k] += 1
-                heapq.heappush(self.heap, (gfin[k], self.seq_of[k], k))
+                self.due_at(k, gfin[k] + 1)

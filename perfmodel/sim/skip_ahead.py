@@ -30,8 +30,8 @@ def make_skip_run(e: EngineState, terms: StepTerms | None) -> SkipRun:
     counters; None if the next iteration must be stepped on its own. The loop checked
     that no prefill runs, ``0 < n_dec ≤ B``, the warm-up is over and no waiting request is
     admissible; it completes the decoders at the run's end."""
-    heap, act, isdec, seq_of, gfin, M, max_time_s = (
-        e.heap, e.act, e.isdec, e.seq_of, e.gfin, e.M, e.max_time_s
+    due, dues, act, isdec, gfin, M, max_time_s = (
+        e.due, e.dues, e.act, e.isdec, e.gfin, e.M, e.max_time_s
     )  # fmt: skip
     q_every, q_t, q_len, q_kv, waiting = e.q_every, e.q_t, e.q_len, e.q_kv, e.waiting
     token_s, rows_s, a_pp, a_dp, a_kv, a_tok, a_dx, over = terms or NO_TERMS  # None: unused
@@ -40,11 +40,15 @@ def make_skip_run(e: EngineState, terms: StepTerms | None) -> SkipRun:
     def skip_run(
         t: float, busy: float, dt: float, it: int, G: int, kv: int, nd: int, bs: int, na: float
     ) -> RunCounters | None:
-        while True:  # drop stale entries: the top is then the first completion
-            g, sq, k = heap[0]
-            if k in act and isdec[k] and seq_of[k] == sq and gfin[k] == g:
-                break
-            heappop(heap)
+        while True:  # drop stale calendar entries: the top is then the first completion
+            g = dues[0]
+            for k in due[g]:
+                if gfin[k] == g and isdec[k] and k in act:
+                    break
+            else:
+                del due[heappop(dues)]
+                continue
+            break
         # exact bounds: the first completion (its iteration ends the run) and the KV
         j = min(g - G, (M - kv) // nd)
         if j < 2:

@@ -2,10 +2,12 @@
 general path, bit for bit.
 
 The loop inlines ``StepTable.time_s`` (``engine_state.step_terms``), admits the commonest
-request without a call, and skips runs of decode-only iterations. A table whose ``time_s``
-is overridden (here by a subclass that only calls the parent) turns all of that off: every
-iteration's time is a ``time_s`` call and nothing is skipped. Both must give exactly the same
-run — every request's first-token and finish time, the counters, the queue samples.
+request without a call and the others in ``admission.make_admit``, and skips runs of
+decode-only iterations. A table whose ``time_s`` is overridden (here by a subclass that only
+calls the parent) turns the inlined step times off: every iteration's time is a ``time_s``
+call and nothing is skipped. ``run_engine(general=True)`` sends every iteration through
+``EngineState.schedule`` / ``admit`` / ``step``. All must give exactly the same run — every
+request's first-token and finish time, the counters, the queue samples.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ import pytest
 from hardware.device import load_device
 from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
-from perfmodel.sim.engine_state import step_terms
+from perfmodel.serving.servemix import DEFAULT_WATERMARK
+from perfmodel.sim import admission, engine
+from perfmodel.sim.engine import EngineRun, run_engine
+from perfmodel.sim.engine_state import EngineState, step_terms
 from perfmodel.sim.simulate import SimResult, simulate
 from perfmodel.step.instance import Instance
 from perfmodel.step.table import StepTable, build_step_table
@@ -59,11 +64,17 @@ CASES = {
 }
 
 
-def run(table: StepTable, case: str, skip_ahead: bool) -> SimResult:
-    wl, n, rate, M, B, C, tmax, block = CASES[case]
+def inputs(case: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    wl, n, rate = CASES[case][:3]
     rng = np.random.default_rng(5)
     s, o = preset(wl).lengths.sample(n, rng)
     arr = preset(wl).arrivals(rate).times_s(n, rng) if rate > 0 else np.zeros(n)
+    return arr, s, o
+
+
+def run(table: StepTable, case: str, skip_ahead: bool) -> SimResult:
+    M, B, C, tmax, block = CASES[case][3:]
+    arr, s, o = inputs(case)
     return simulate(
         table, arrival_s=arr, input_tokens=s, output_tokens=o, kv_capacity_tokens=M,
         max_batched_tokens=B, chunk_size=C, max_time_s=tmax, skip_ahead=skip_ahead,
@@ -121,3 +132,67 @@ def test_the_garbage_collector_is_restored(tables: dict[int, StepTable]) -> None
             assert gc.isenabled() is state
     finally:
         (gc.enable if was else gc.disable)()
+
+
+def run_state(table: StepTable, case: str, **kw: bool) -> tuple[EngineRun, EngineState]:
+    """``run_engine`` on the state ``simulate`` builds for ``case`` (and the state after)."""
+    M, B, C, tmax, block = CASES[case][3:]
+    e = EngineState(
+        table, *inputs(case), kv_capacity_tokens=M, max_batched_tokens=B, chunk_size=min(C, B),
+        reserve_tokens=int(DEFAULT_WATERMARK * M), max_time_s=tmax, queue_samples=2000,
+        prefix_cache_block_tokens=block,
+    )  # fmt: skip
+    skip, general = kw.get("skip_ahead", False), kw.get("general", False)
+    return run_engine(e, skip_ahead=skip, general=general), e
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_fast_paths_equal_the_general_path_bit_for_bit(
+    tables: dict[int, StepTable], case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every iteration through EngineState's schedule/admit/step against the loop's inline
+    admission, make_admit, the inline decode step and the skip-ahead; and the paths are
+    exercised: the loop admits requests inline and through make_admit (several at once
+    somewhere), and preemptions leave stale calendar entries behind."""
+    table = tables[CASES[case][4]]
+    calls: dict[str, int] = {"admitted": 0, "several": 0, "general_admits": 0}
+    make_admit, general_admit = admission.make_admit, EngineState.admit
+
+    def counting_make_admit(e: EngineState) -> admission.Admit:
+        admit = make_admit(e)
+
+        def counted(*a: Any) -> admission.Admitted | None:
+            before = len(e.waiting)
+            out = admit(*a)
+            calls["admitted"] += before - len(e.waiting)
+            calls["several"] += before - len(e.waiting) > 1
+            return out
+
+        return counted
+
+    def counting_admit(self: EngineState, budget: int, chunks: list[tuple[int, int]]) -> int:
+        before = len(chunks)
+        out = general_admit(self, budget, chunks)
+        calls["general_admits"] += len(chunks) - before
+        return out
+
+    monkeypatch.setattr(engine, "make_admit", counting_make_admit)
+    monkeypatch.setattr(EngineState, "admit", counting_admit)
+    ref, _ = run_state(table, case, general=True)
+    assert np.isfinite(ref.finish_s).sum() > 0 and calls["admitted"] == 0
+    admissions = calls["general_admits"]
+    for skip in (True, False):
+        calls.update(admitted=0, several=0, general_admits=0)
+        got, e = run_state(table, case, skip_ahead=skip)
+        for f in FIELDS:
+            a, b = getattr(ref, f), getattr(got, f)
+            assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, (case, skip, f)
+        if not ref.preemptions and case != "small_budget":  # (its prompts are all chunked)
+            # each request admitted once: the loop's inline admissions are the rest
+            inline = admissions - calls["admitted"] - calls["general_admits"]
+            assert inline > 0 and calls["admitted"] > 0, (case, skip, inline, calls)
+        assert not e.act or case == "time_limit"
+    if case in ("busy", "burst"):
+        assert calls["several"] > 0
+    if case in ("overload_preempt", "prefix_cache"):
+        assert ref.preemptions > 0
