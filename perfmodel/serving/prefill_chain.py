@@ -202,7 +202,7 @@ class BacklogChain:
     prompt_pmf: Arr  # prompt sizes on the grid
     transition: Transition  # x ↦ x·T
     stationary: Arr  # π (per iteration)
-    plus_step_s: Arr | None = None  # τ at P = 0, δ, …, B', a row per plus decode count
+    plus_step_s: Arr | None = None  # τ at P = 0, δ, …, B' with backlog_chain's plus decodes
 
     @property
     def states(self) -> int:
@@ -271,7 +271,7 @@ def backlog_chain(
     max_batched_tokens: int,
     per_budget: int = GRID_PER_BUDGET,
     min_levels: int = 4,
-    plus_decode_seqs: tuple[float, ...] = (),
+    plus_decode_seqs: float | None = None,
 ) -> BacklogChain | None:
     """The stationary chain, or ``None`` when the prompts alone overload full iterations.
 
@@ -279,8 +279,8 @@ def backlog_chain(
     are fewer than it serves: ``λ·τ(B')·E[s] < B'`` (the drift of ``U`` above ``B'``).
     The grid covers enough budgets that the top one holds < ``TAIL_MASS`` of ``π``
     (at most ``MAX_LEVELS``; beyond, the backlog is lumped at the top of the grid).
-    ``plus_decode_seqs``: also tabulate ``τ`` with each of these many decodes on the same
-    grid (:attr:`BacklogChain.plus_step_s`, a row each; one step-time evaluation for all).
+    ``plus_decode_seqs``: also tabulate ``τ`` with that many decodes on the same grid
+    (:attr:`BacklogChain.plus_step_s`, one step-time evaluation for both).
     """
     lam = rate_per_s
     b_prime = max(max_batched_tokens - decode_seqs, 1.0)
@@ -288,21 +288,22 @@ def backlog_chain(
     delta = b_prime / G
     f = grid_pmf(prompts.tokens, prompts.weights, delta)
     grid = np.arange(G + 1) * delta
-    k = len(plus_decode_seqs)
-    every = prefill_step_s(
+    both = prefill_step_s(
         inst,
         m,
         prompts,
-        prompt_tokens=np.tile(grid, k + 1),
-        decode_seqs=np.repeat([decode_seqs, *plus_decode_seqs], G + 1),
-    ).reshape(k + 1, G + 1)
-    tau, plus = every[0], (every[1:] if k else None)
+        prompt_tokens=grid if plus_decode_seqs is None else np.concatenate([grid, grid]),
+        decode_seqs=decode_seqs
+        if plus_decode_seqs is None
+        else np.repeat([decode_seqs, plus_decode_seqs], G + 1),
+    )
+    tau, plus = both[: G + 1], (None if plus_decode_seqs is None else both[G + 1 :])
     # near the compute edge the backlog spans many budgets: halve the grid (every other
     # point of the same τ) so the state space stays ≤ MAX_LEVELS·G/2 + 1
     drift = lam * tau[G] * prompts.mean_tokens / b_prime
     if G % 2 == 0 and drift < 1 and max(min_levels, 2 / (1 - drift)) > COARSE_LEVELS:
         G, delta, tau = G // 2, 2 * delta, tau[::2]
-        plus = None if plus is None else plus[:, ::2]
+        plus = None if plus is None else plus[::2]
         f = grid_pmf(prompts.tokens, prompts.weights, delta)
     chain = solve_chain(
         tau,
