@@ -147,8 +147,9 @@ def _cell(
     memos: tuple[dict[tuple[Any, ...], Any], ColocatedMemo] | None = None,
     hints: dict[tuple[str, int], float] | None = None,
 ) -> PDCell:
-    """One cell; ``memos`` (phase profiles, colocated estimates) are shared by the cells
-    of one workload (an SLO sweep); ``hints``: the colocated search's starting points
+    """One cell; ``memos``: the phase-options memo (shareable by any cells,
+    :func:`evaluate_options`) and the colocated estimates (shared by the cells of one
+    workload: an SLO sweep); ``hints``: the colocated search's starting points
     (:func:`solvers.pd.colocated.colocated_baseline`), a neighbouring cell's."""
     note = ""
     opts_memo, colo_memo = memos or ({}, ColocatedMemo())
@@ -223,13 +224,21 @@ def _sweep(
     dtypes: tuple[str, str],
     progress: Callable[[int], None] | None,
     engine: EngineSpec,
-    memos: tuple[dict[tuple[Any, ...], Any], ColocatedMemo] | None = None,
+    one_workload: bool = False,
 ) -> PDPhaseDiagram:
-    """The diagram of one cell per ``(y, x)``, each at the workload and SLO ``point(y, x)``;
-    ``memos`` shared by every cell (one workload: an SLO sweep), else fresh per cell."""
+    """The diagram of one cell per ``(y, x)``, each at the workload and SLO ``point(y, x)``.
+
+    The phase-options memo (:func:`evaluate_options`) is shared by the cells of a row (a
+    length sweep's row has one prompt length: its prefill goodputs serve every cell of
+    it); ``one_workload`` (an SLO sweep): it and the colocated estimates are shared by
+    every cell."""
     cells = []
     hints: dict[tuple[int, int], dict[tuple[str, int], float]] = {}
+    memos: tuple[dict[tuple[Any, ...], Any], ColocatedMemo] | None = (
+        ({}, ColocatedMemo()) if one_workload else None
+    )
     for i, y in enumerate(ys):
+        row_memo: dict[tuple[Any, ...], Any] = {}
         for j, x in enumerate(xs):
             w, slo = point(y, x)
             # the colocated search starts from the previous cell of the row (or the one above)
@@ -237,7 +246,7 @@ def _sweep(
             cells.append(
                 _cell(
                     model, devices, decode_devices or devices, w, slo, y, x, *dtypes, engine,
-                    memos, hints[i, j],
+                    memos or (row_memo, ColocatedMemo()), hints[i, j],
                 )
             )  # fmt: skip
             if progress:
@@ -306,5 +315,5 @@ def slo_sweep(
     return _sweep(
         model, devices, decode_devices, axes, ttft_s, tpot_s, point,
         f"workload {workload.name}, p{percentile * 100:g}", (dtype, kv_dtype), progress,
-        engine, ({}, ColocatedMemo()),
+        engine, one_workload=True,
     )  # fmt: skip

@@ -100,13 +100,18 @@ def evaluate_options(
     ``kv_capacity_tokens``: measured decode KV capacities by ``(device id, TP)``
     (default: ``memory_fit``). ``memo``: the SLO-free phase profiles and the goodputs by
     target (a prefill goodput depends on the TTFT target only, a decode one on the TPOT
-    target only), shared by calls that differ only in ``slo`` (an SLO sweep); same answers.
+    target only), keyed by the length atoms they depend on (a prefill entry by the
+    prompts only), so calls that differ only in ``slo`` or ``lengths`` share it (an SLO
+    or a length sweep; same model, devices, dtypes, placement and engine); same answers.
     ``engine``: the serving engine of every instance, or a
     spec resolved per device (``"auto"``: each device's default; ``None``: none).
     Raises InfeasibleError when the model fits no configuration of a phase.
     """
     memo = {} if memo is None else memo
     max_in = int(lengths.input_tokens.max())
+    # the length atoms a memo entry depends on: a prefill entry the prompts, a decode one all
+    prompts = (lengths.input_tokens.tobytes(), lengths.weights.tobytes())
+    atoms = (*prompts, lengths.output_tokens.tobytes())
     tp_candidates = [t for t in tp_candidates if (t * dp) % ep == 0]
     if not tp_candidates:
         raise SpecError(f"ep={ep} divides tp·dp for no TP candidate; choose ep dividing dp·tp")
@@ -116,13 +121,16 @@ def evaluate_options(
         for tp, prof in phase_tps(model, "prefill", dev, tp_candidates, profiles):
             plan = parallel_plan(tp, dtype, kv_dtype, ep=ep, dp=dp)
             cfg = PhaseConfig("prefill", dev, plan, profile=prof, engine=engine_for(engine, dev))
-            fit = cfg.instance(model).memory_fit(
-                batch=2, context_len=max_in, max_batched_tokens=max_in
-            )
-            if fit.fits:
+            fkey = ("prefill-fit", dev.id, tp, max_in)
+            if fkey not in memo:  # None: it fits, else the shortfall
+                fit = cfg.instance(model).memory_fit(
+                    batch=2, context_len=max_in, max_batched_tokens=max_in
+                )
+                memo[fkey] = None if fit.fits else describe_shortfall(fit, model, dev, tp)
+            if memo[fkey] is None:
                 pre_cfgs.append(cfg)
             else:
-                short.append(describe_shortfall(fit, model, dev, tp))
+                short.append(memo[fkey])
     if not pre_cfgs:
         raise InfeasibleError(
             f"{model.id} fits no prefill configuration (TP {', '.join(map(str, tp_candidates))}): "
@@ -146,7 +154,7 @@ def evaluate_options(
                     kv,
                     engine_for(engine, dev),
                 )
-                key = ("decode", dev.id, tp, cap)
+                key = ("decode", dev.id, tp, cap, probe_p.device.id, probe_p.plan.tp, atoms)
                 if key not in memo:
                     try:
                         link = kv_link(
@@ -172,7 +180,7 @@ def evaluate_options(
     for cls, goods in dec.items():
         dcfg = goods[0].config
         for pc in pre_cfgs:
-            pkey = ("prefill", pc.device.id, pc.plan.tp, cls)
+            pkey = ("prefill", pc.device.id, pc.plan.tp, cls, prompts)
             if pkey not in memo:
                 try:
                     memo[pkey] = prefill_profile(

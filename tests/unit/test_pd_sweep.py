@@ -1,0 +1,44 @@
+"""``pd phase`` sweeps share work across cells (phase options by prompt law, colocated
+estimates by workload); every cell equals the same cell computed alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from hardware.device import load_device
+from perfmodel.model import load_model
+from perfmodel.workload.lengths import fixed_lengths
+from perfmodel.workload.presets import Workload
+from perfmodel.workload.slo import SLO
+from reports.pd_plot import _cell, length_sweep
+from solvers.pd.enumerate import evaluate_options
+
+MODEL = load_model("llama-3.1-8b")
+H100 = load_device("h100-sxm")
+SLO_ = SLO(0.5, 0.05, percentile=0.9)
+
+
+def test_options_memo_keyed_by_the_lengths_it_depends_on() -> None:
+    """One memo serves two workloads with the same prompts: the prefill entries are
+    shared, the decode ones are not (they depend on the outputs), and each call's
+    options equal those of a fresh memo."""
+    memo: dict = {}  # type: ignore[type-arg]
+    kw = {"prefill_devices": [H100], "decode_devices": [H100]}
+    a = evaluate_options(MODEL, fixed_lengths(512, 32), SLO_, memo=memo, **kw)  # type: ignore[arg-type]
+    n_prefill = sum(k[0] == "prefill" for k in memo)
+    n_decode = sum(k[0] == "decode" for k in memo)
+    b = evaluate_options(MODEL, fixed_lengths(512, 256), SLO_, memo=memo, **kw)  # type: ignore[arg-type]
+    assert sum(k[0] == "prefill" for k in memo) == n_prefill  # reused
+    assert sum(k[0] == "decode" for k in memo) == 2 * n_decode  # one set per output length
+    for got, lengths in ((a, fixed_lengths(512, 32)), (b, fixed_lengths(512, 256))):
+        fresh = evaluate_options(MODEL, lengths, SLO_, **kw)  # type: ignore[arg-type]
+        assert got.prefill == fresh.prefill and got.decode == fresh.decode
+    assert a.decode != b.decode
+
+
+@pytest.mark.slow  # about 10 s on an idle machine
+def test_length_sweep_cells_equal_cells_alone() -> None:
+    sweep = length_sweep(MODEL, [H100], SLO_, inputs=[128, 512], outputs=[32, 256])
+    for c in sweep.cells:
+        w = Workload(f"fixed-{c.x:g}-{c.y:g}", fixed_lengths(int(c.x), int(c.y)))
+        assert _cell(MODEL, [H100], [H100], w, SLO_, c.x, c.y, "bf16", "bf16") == c
