@@ -42,3 +42,18 @@ def test_length_sweep_cells_equal_cells_alone() -> None:
     for c in sweep.cells:
         w = Workload(f"fixed-{c.x:g}-{c.y:g}", fixed_lengths(int(c.x), int(c.y)))
         assert _cell(MODEL, [H100], [H100], w, SLO_, c.x, c.y, "bf16", "bf16") == c
+
+
+@pytest.mark.slow  # about 10 s on an idle machine
+def test_phase_sweeps_in_two_processes_equal_the_serial_sweeps() -> None:
+    from reports.pd_phase_run import phase_sweeps
+
+    chat = Workload("fixed-512-128", fixed_lengths(512, 128))
+    kw = {"inputs": [512, 128], "outputs": [32, 128], "slo_scales": [1.0, 2.0]}
+    ticks: list[int] = []
+    two = phase_sweeps(MODEL, [H100], SLO_, chat, workers=2, progress=ticks.append, **kw)  # type: ignore[arg-type]
+    one = phase_sweeps(MODEL, [H100], SLO_, chat, workers=1, **kw)  # type: ignore[arg-type]
+    assert two == one
+    assert sorted(ticks) == [2, 2, 4]  # a row of 2 cells each, the SLO grid of 4
+    assert two.lengths.xs == (512.0, 128.0)  # the rows in the order asked for
+    assert [c.x for c in two.lengths.cells] == [512, 512, 128, 128]
