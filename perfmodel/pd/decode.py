@@ -79,7 +79,7 @@ class DecodeProfile:
     def step_at(self, n: float) -> float:
         return float(np.interp(n, self.batch_grid, self.step_s))
 
-    @property
+    @cached_property
     def capacity_rate_per_s(self) -> float:
         """The stability limit per routed request: the largest rate at which
         :meth:`batch_law` is stable (its mean below the slots), by bisection under the

@@ -57,3 +57,40 @@ def test_phase_sweeps_in_two_processes_equal_the_serial_sweeps() -> None:
     assert sorted(ticks) == [2, 2, 4]  # a row of 2 cells each, the SLO grid of 4
     assert two.lengths.xs == (512.0, 128.0)  # the rows in the order asked for
     assert [c.x for c in two.lengths.cells] == [512, 512, 128, 128]
+
+
+@pytest.mark.parametrize(
+    ("s", "o", "ttft_s", "tpot_s"),
+    [(512, 128, 0.5, 0.05), (8192, 32, 0.5, 0.05), (2048, 512, 2.0, 0.015), (128, 2048, 0.1, 0.2)],
+)
+def test_fluid_best_is_the_fluid_optimum_with_fewer_goodputs(
+    s: int, o: int, ttft_s: float, tpot_s: float
+) -> None:
+    from solvers.pd.enumerate import profile_options
+    from solvers.pd.fluid import fluid_best, fluid_optimum
+
+    slo = SLO(ttft_s, tpot_s, percentile=0.9)
+    kw = {"prefill_devices": [H100], "decode_devices": [H100]}
+    lengths = fixed_lengths(s, o)
+    full = fluid_optimum(evaluate_options(MODEL, lengths, slo, **kw))  # type: ignore[arg-type]
+    memo: dict = {}  # type: ignore[type-arg]
+    best = fluid_best(profile_options(MODEL, lengths, memo=memo, **kw), slo, model=MODEL, memo=memo)  # type: ignore[arg-type]
+    assert best == full
+    computed = sum(k[0].endswith("-goodput") for k in memo)
+    assert computed < 4 + 16  # of every decode class and every prefill x decode pair
+
+
+def test_fluid_best_raises_as_the_fluid_optimum_when_no_pair_meets_the_slos() -> None:
+    from perfmodel.errors import InfeasibleError
+    from solvers.pd.enumerate import profile_options
+    from solvers.pd.fluid import fluid_best, fluid_optimum
+
+    slo = SLO(0.5, 0.001, percentile=0.9)  # TPOT below any decode step
+    kw = {"prefill_devices": [H100], "decode_devices": [H100]}
+    with pytest.raises(InfeasibleError) as full:
+        fluid_optimum(evaluate_options(MODEL, fixed_lengths(512, 128), slo, **kw))  # type: ignore[arg-type]
+    memo: dict = {}  # type: ignore[type-arg]
+    po = profile_options(MODEL, fixed_lengths(512, 128), memo=memo, **kw)  # type: ignore[arg-type]
+    with pytest.raises(InfeasibleError) as best:
+        fluid_best(po, slo, model=MODEL, memo=memo)
+    assert str(best.value) == str(full.value)
