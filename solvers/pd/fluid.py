@@ -54,11 +54,12 @@ def _bound(profile: PrefillProfile | DecodeProfile) -> float:
     """Above the goodput ``min(rate, link capacity)`` of a profile at any SLO: the
     bisections of :func:`perfmodel.pd.prefill.prefill_goodput` and
     :func:`perfmodel.pd.decode.decode_goodput` stay below their tops (the capacity, and
-    1.05 × the capacity), and the link capacity caps it too."""
+    1.05 × the decode capacity, itself below its Little's-law bound: no bisection for a
+    decode class that loses), and the link capacity caps it too."""
     if isinstance(profile, PrefillProfile):
         return min(profile.capacity_rate_per_s, profile.link_capacity_per_s)
     link = 1.0 / profile.receive_s_mean if profile.receive_s_mean > 0 else math.inf
-    return min(profile.capacity_rate_per_s * 1.05, link)
+    return min(profile.capacity_bound_per_s * 1.05, link)
 
 
 def fluid_best(
