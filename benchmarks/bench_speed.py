@@ -11,8 +11,10 @@ with ``--aiconfigurator BIN`` the same questions asked of aiconfigurator 0.12.0'
 ``sim`` (``run_engine`` iterations/s vs a bare heapq loop, see ``bench_simulate.py``),
 ``sweep`` (10⁵ configurations: serial vs a 2-process LocalCluster, then a run killed
 halfway and resumed), ``plan`` (issue 16's plan command and ``perfmodel plan``: cold,
-warm, and warm evaluations with the MILPs solved again). Every figure is a median over
-repeats: the machine may be shared.
+warm, and warm evaluations with the MILPs solved again), ``phase`` (``pd phase``: the
+default grid, the SLO panel at 20 x 20; ``phase-lengths`` adds the length panel at
+20 x 20, minutes; neither runs by default). Every figure is a median over repeats: the
+machine may be shared.
 """
 
 from __future__ import annotations
@@ -154,6 +156,35 @@ def pd(repeats: int, aic: str | None, tmp: Path) -> None:
         print(line)
 
 
+def _grid(lo: float, hi: float, n: int, digits: int | None = None) -> str:
+    """``n`` geometric values from ``lo`` to ``hi``: ``digits`` significant figures, else
+    whole numbers (token counts)."""
+    vals = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
+    return ",".join(f"{v:.{digits}g}" if digits else str(round(v)) for v in vals)
+
+
+def phase(repeats: int, tmp: Path, *, lengths20: bool) -> None:
+    """Issue 14's ``pd phase`` item (a 20 x 20 grid per panel): the default grid (2
+    workers, then serial), the SLO panel at 20 x 20 (beside a one-cell length panel) and,
+    with ``lengths20``, the length panel at 20 x 20 (beside a one-cell SLO panel; once:
+    minutes)."""
+    out = str(tmp / "pd_phase.html")
+    base = cli("pd", "phase", "--out", out, "--force")
+    one = ["--inputs", "512", "--outputs", "128"]
+    cases = [
+        ("default grid, 2 workers", [*base, "--workers", "2"], repeats),
+        ("default grid, serial", [*base, "--workers", "1"], repeats),
+        ("SLO panel 20x20", [*base, *one, "--slo-scales", _grid(0.25, 4, 20, 3)], repeats),
+    ]
+    if lengths20:
+        grid = ["--inputs", _grid(128, 8192, 20), "--outputs", _grid(32, 2048, 20)]
+        cases.append(("length panel 20x20", [*base, *grid, "--slo-scales", "1"], 1))
+    print(f"\n== pd phase (median of {repeats}; the 20x20 length panel once)")
+    for label, cmd, n in cases:
+        wall, cpu, rc = medians(cmd, n)
+        print(f"{label:26s} {wall:7.2f} s wall {cpu:7.2f} s CPU (exit {rc})  load: {uptime()}")
+
+
 def gemm(tmp: Path) -> None:
     import numpy as np
 
@@ -292,6 +323,8 @@ def main() -> None:
             sweep(tmp)
         if "plan" in a.only:
             plan(max(a.repeats // 2, 1), tmp)
+        if "phase" in a.only or "phase-lengths" in a.only:
+            phase(max(a.repeats // 2, 1), tmp, lengths20="phase-lengths" in a.only)
     print("\nload:", uptime())
 
 

@@ -283,6 +283,10 @@ def phase_cmd(
     dtype: DtypeOpt = "bf16",
     force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
     engine: po.EngineOpt = po.DEFAULT_ENGINE,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="Processes sharing the cells (default: the CPUs, at most 2; 1: serial)."),
+    ] = None,
     json_out: bool = JsonOpt,
 ) -> None:
     """Phase diagrams of the P:D ratio and disaggregation gain (lengths and SLO sweeps)."""
@@ -290,7 +294,7 @@ def phase_cmd(
     from hardware.device import load_device
     from perfmodel.model import load_model
     from reports.pd_figure import phase_figure_html
-    from reports.pd_plot import length_sweep, slo_sweep
+    from reports.pd_phase_run import phase_sweeps
 
     if out.exists() and not force:
         raise fail(f"{out} exists; pass --force to overwrite it")
@@ -304,38 +308,28 @@ def phase_cmd(
     ddev = [load_device(decode_hardware)] if decode_hardware else None
     total = len(ins) * len(outs) + len(scales) ** 2
     with progress(total, "sweeping") as tick:
-        lens = length_sweep(
+        sweeps = phase_sweeps(
             m,
             [pdev],
             slo,
+            w,
             inputs=ins,
             outputs=outs,
+            slo_scales=scales,
             decode_devices=ddev,
             dtype=dtype,
             kv_dtype=dtype,
             progress=tick,
             engine=engine,
+            workers=workers,
         )
-        slos = slo_sweep(
-            m,
-            [pdev],
-            w,
-            ttft_s=[slo.ttft_s * k for k in scales],
-            tpot_s=[slo.tpot_s * k for k in scales],
-            percentile=slo_percentile,
-            decode_devices=ddev,
-            dtype=dtype,
-            kv_dtype=dtype,
-            progress=tick,
-            engine=engine,
-        )
+    lens, slos = sweeps.lengths, sweeps.slo
     write_atomic(out, phase_figure_html([lens, slos]), force=force)
     eng_json, eng_lines = po.engines_for([pdev, *(ddev or [])], dtype, engine)
     if json_out:
-        from reports.pd_plot import PDPhaseSweeps
         from reports.written import Engined, Written
 
-        echo_json(Engined(Written(out, PDPhaseSweeps(lens, slos)), eng_json))
+        echo_json(Engined(Written(out, sweeps), eng_json))
         return
     typer.echo("\n".join(eng_lines))
     for d in (lens, slos):

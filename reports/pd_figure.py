@@ -33,10 +33,16 @@ def _panel_note(z: list[list[float | None]]) -> str:
     return ""
 
 
+#: Past this many columns a gain cell shows only its gain (the regime is its colour and
+#: the boundary; the hover text has both): a 20-column grid has no room for more.
+TERSE_COLUMNS = 8
+
+
 def phase_figure(diagrams: Sequence[PDPhaseDiagram]) -> Any:
     """Per diagram, a heatmap of the gain (log2) annotated with the regime and the P:D GPU
-    ratio, and a heatmap of the P:D GPU ratio. Cells sit at integer positions so that the
-    boundary runs along cell edges, never through a cell's text."""
+    ratio (the gain only on wide grids), and a heatmap of the P:D GPU ratio. Cells sit
+    at integer positions so that the boundary runs along cell edges, never through a
+    cell's text."""
     import math
 
     import plotly.graph_objects as go
@@ -45,9 +51,10 @@ def phase_figure(diagrams: Sequence[PDPhaseDiagram]) -> Any:
     n = len(diagrams)
     grids = []
     for d in diagrams:
-        gz, rz, text = [], [], []
+        gz, rz, text, shown = [], [], [], []
+        terse = len(d.xs) > TERSE_COLUMNS
         for y in d.ys:
-            g_row, r_row, t_row = [], [], []
+            g_row, r_row, t_row, s_row = [], [], [], []
             for x in d.xs:
                 c = d.cell(x, y)
                 g_row.append(math.log2(c.gain) if c.gain else None)
@@ -55,12 +62,14 @@ def phase_figure(diagrams: Sequence[PDPhaseDiagram]) -> Any:
                 ratio = f"P:D {c.gpu_ratio:.2f}" if c.gpu_ratio is not None else ""
                 gain = f"{c.gain:.2f}x" if c.gain else ""
                 t_row.append(f"{_SHORT[c.regime]} {gain}<br>{ratio}")
+                s_row.append((f"{c.gain:.2f}" if c.gain else _SHORT[c.regime]) if terse else "")
             gz.append(g_row)
             rz.append(r_row)
             text.append(t_row)
-        grids.append((gz, rz, text))
+            shown.append(s_row)
+        grids.append((gz, rz, shown if terse else text, text))
     titles = []
-    for d, (gz, rz, _) in zip(diagrams, grids, strict=True):
+    for d, (gz, rz, _, _) in zip(diagrams, grids, strict=True):
         titles += [
             f"{d.model} on {d.device}: disaggregation gain<br>({d.context}){_panel_note(gz)}",
             f"optimal prefill:decode GPU ratio{_panel_note(rz)}",
@@ -71,7 +80,7 @@ def phase_figure(diagrams: Sequence[PDPhaseDiagram]) -> Any:
     dom1 = fig.layout.xaxis.domain[1]
     gap = 0.2 if n > 1 else 0.0
     panel = (1.0 - gap * (n - 1)) / n
-    for row, (d, (gz, rz, text)) in enumerate(zip(diagrams, grids, strict=True), start=1):
+    for row, (d, (gz, rz, text, hover)) in enumerate(zip(diagrams, grids, strict=True), start=1):
         xi, yi = list(range(len(d.xs))), list(range(len(d.ys)))
         mid = 1.0 - (row - 1) * (panel + gap) - panel / 2
         bar = {"len": panel * 0.9, "y": mid, "thickness": 14}
@@ -79,7 +88,7 @@ def phase_figure(diagrams: Sequence[PDPhaseDiagram]) -> Any:
             go.Heatmap(
                 z=gz, x=xi, y=yi, text=text, texttemplate="%{text}", colorscale="RdBu",
                 zmid=0, colorbar={**bar, "title": {"text": "log2 gain"}, "x": dom1 + 0.01},
-                hovertemplate="%{text}<extra></extra>",
+                customdata=hover, hovertemplate="%{customdata}<extra></extra>",
             ),
             row=row, col=1,
         )  # fmt: skip

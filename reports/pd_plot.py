@@ -6,7 +6,7 @@ Two sweeps for one model on one device:
   ``fixed_lengths`` workloads) at fixed SLOs;
 * **SLO tightness**: one workload, TTFT and TPOT targets on a grid.
 
-Each cell holds the rate-free optimum of ``solvers.pd_plan.fluid_optimum`` (best
+Each cell holds the rate-free optimum of ``solvers.pd.fluid.fluid_optimum`` (best
 prefill/decode configuration pair with fractional instance counts: DistServe's
 ``n : m = g_d : g_p``), the P:D GPU and instance ratios, the best colocated
 chunked-prefill goodput per GPU (``solvers.pd_plan.colocated_baseline``), and the
@@ -38,8 +38,9 @@ from perfmodel.workload.lengths import fixed_lengths
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
 from solvers.pd.colocated import ColocatedMemo
-from solvers.pd.enumerate import EngineSpec, one_blas_thread
-from solvers.pd.plan import colocated_baseline, evaluate_options, fluid_optimum
+from solvers.pd.enumerate import EngineSpec, one_blas_thread, profile_options
+from solvers.pd.fluid import fluid_best
+from solvers.pd.plan import colocated_baseline
 
 DEFAULT_INPUTS = (128, 512, 2048, 8192)
 DEFAULT_OUTPUTS = (32, 128, 512, 2048)
@@ -147,16 +148,16 @@ def _cell(
     memos: tuple[dict[tuple[Any, ...], Any], ColocatedMemo] | None = None,
     hints: dict[tuple[str, int], float] | None = None,
 ) -> PDCell:
-    """One cell; ``memos`` (phase profiles, colocated estimates) are shared by the cells
-    of one workload (an SLO sweep); ``hints``: the colocated search's starting points
+    """One cell; ``memos``: the phase-options memo (shareable by any cells:
+    :func:`profile_options`, :func:`fluid_best`) and the colocated estimates (shared by
+    the cells of one workload: an SLO sweep); ``hints``: the colocated search's starting points
     (:func:`solvers.pd.colocated.colocated_baseline`), a neighbouring cell's."""
     note = ""
     opts_memo, colo_memo = memos or ({}, ColocatedMemo())
     try:
-        opts = evaluate_options(
+        opts = profile_options(
             model,
             workload.lengths,
-            slo,
             prefill_devices=devices,
             decode_devices=decode_devices,
             dtype=dtype,
@@ -164,7 +165,7 @@ def _cell(
             memo=opts_memo,
             engine=engine,
         )
-        f = fluid_optimum(opts)
+        f = fluid_best(opts, slo, model=model, memo=opts_memo)
         dis, gr, ir = f.per_gpu_rate_per_s, f.gpu_ratio, f.instance_ratio
         pl, dl = f.prefill.config.label, f.decode.config.label
     except InfeasibleError as e:
@@ -223,13 +224,21 @@ def _sweep(
     dtypes: tuple[str, str],
     progress: Callable[[int], None] | None,
     engine: EngineSpec,
-    memos: tuple[dict[tuple[Any, ...], Any], ColocatedMemo] | None = None,
+    one_workload: bool = False,
 ) -> PDPhaseDiagram:
-    """The diagram of one cell per ``(y, x)``, each at the workload and SLO ``point(y, x)``;
-    ``memos`` shared by every cell (one workload: an SLO sweep), else fresh per cell."""
+    """The diagram of one cell per ``(y, x)``, each at the workload and SLO ``point(y, x)``.
+
+    The phase-options memo (:func:`profile_options`) is shared by the cells of a row (a
+    length sweep's row has one prompt length: its prefill goodputs serve every cell of
+    it); ``one_workload`` (an SLO sweep): it and the colocated estimates are shared by
+    every cell."""
     cells = []
     hints: dict[tuple[int, int], dict[tuple[str, int], float]] = {}
+    memos: tuple[dict[tuple[Any, ...], Any], ColocatedMemo] | None = (
+        ({}, ColocatedMemo()) if one_workload else None
+    )
     for i, y in enumerate(ys):
+        row_memo: dict[tuple[Any, ...], Any] = {}
         for j, x in enumerate(xs):
             w, slo = point(y, x)
             # the colocated search starts from the previous cell of the row (or the one above)
@@ -237,7 +246,7 @@ def _sweep(
             cells.append(
                 _cell(
                     model, devices, decode_devices or devices, w, slo, y, x, *dtypes, engine,
-                    memos, hints[i, j],
+                    memos or (row_memo, ColocatedMemo()), hints[i, j],
                 )
             )  # fmt: skip
             if progress:
@@ -306,5 +315,5 @@ def slo_sweep(
     return _sweep(
         model, devices, decode_devices, axes, ttft_s, tpot_s, point,
         f"workload {workload.name}, p{percentile * 100:g}", (dtype, kv_dtype), progress,
-        engine, ({}, ColocatedMemo()),
+        engine, one_workload=True,
     )  # fmt: skip

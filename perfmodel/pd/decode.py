@@ -79,11 +79,10 @@ class DecodeProfile:
     def step_at(self, n: float) -> float:
         return float(np.interp(n, self.batch_grid, self.step_s))
 
-    @property
-    def capacity_rate_per_s(self) -> float:
-        """The stability limit per routed request: the largest rate at which
-        :meth:`batch_law` is stable (its mean below the slots), by bisection under the
-        Little's-law bound ``max_{n ≤ c} n / (E[o − 1]·t(n))`` (÷ ``P(o ≥ 2)``).
+    @cached_property
+    def capacity_bound_per_s(self) -> float:
+        """Above :attr:`capacity_rate_per_s`: the Little's-law bound
+        ``max_{n ≤ c} n / (E[o − 1]·t(n))`` (÷ ``P(o ≥ 2)``), times ``1 + 10⁻⁹``.
 
         The bound takes the best batch up to the slots, not the full one: a step time with
         jumps (tile padding) can make a smaller batch carry more requests per second.
@@ -93,8 +92,14 @@ class DecodeProfile:
             self.batch_grid[(self.batch_grid > 0) & (self.batch_grid < self.slots)], self.slots
         )
         t = np.interp(n, self.batch_grid, self.step_s)
-        bound = float((n / (en * t)).max()) / self.multi_fraction
-        return max_rate(lambda r: self.batch_law(r) is not None, bound * (1 + 1e-9))
+        return float((n / (en * t)).max()) / self.multi_fraction * (1 + 1e-9)
+
+    @cached_property
+    def capacity_rate_per_s(self) -> float:
+        """The stability limit per routed request: the largest rate at which
+        :meth:`batch_law` is stable (its mean below the slots), by bisection under
+        :attr:`capacity_bound_per_s`."""
+        return max_rate(lambda r: self.batch_law(r) is not None, self.capacity_bound_per_s)
 
     def batch_law(self, rate_per_s: float, limit: float | None = None) -> Arr | None:
         """The stationary law of the residents ``N`` (index = ``N``); None when unstable.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from hardware.device import Device
 from hardware.engine import Engine, engine_for
@@ -20,7 +20,7 @@ from perfmodel.memory import describe_shortfall
 from perfmodel.model import ModelSpec
 from perfmodel.pd.config import PhaseConfig, PhaseGoodput, kv_link
 from perfmodel.pd.decode import DecodeProfile, decode_goodput, decode_profile
-from perfmodel.pd.prefill import prefill_goodput, prefill_profile
+from perfmodel.pd.prefill import PrefillProfile, prefill_goodput, prefill_profile
 from perfmodel.plan import ParallelPlan
 from perfmodel.serving.stationary import one_blas_thread as one_blas_thread  # re-export
 from perfmodel.units import MS_PER_S
@@ -74,10 +74,63 @@ def phase_tps(
     return [(tp, mine[tp]) for tp in valid if tp in mine]
 
 
+@dataclass(frozen=True)
+class ProfiledOptions:
+    """The SLO-free half of :func:`evaluate_options`: each configuration's phase profile
+    with its memo key (:func:`goodput_of` turns one into a goodput at an SLO)."""
+
+    prefill: dict[tuple[str, int], list[tuple[tuple[Any, ...], PrefillProfile]]]
+    decode: dict[tuple[str, int], list[tuple[tuple[Any, ...], DecodeProfile]]]
+    links: dict[tuple[str, int], str]
+
+
+def goodput_of(
+    memo: dict[tuple[Any, ...], Any],
+    key: tuple[Any, ...],
+    profile: PrefillProfile | DecodeProfile,
+    slo: SLO,
+    model: ModelSpec,
+) -> PhaseGoodput:
+    """The goodput of a :class:`ProfiledOptions` entry at ``slo``, memoized by target (a
+    prefill goodput depends on the TTFT target only, a decode one on the TPOT target only:
+    an SLO sweep asks again at the same targets)."""
+    if isinstance(profile, PrefillProfile):
+        gkey = ("prefill-goodput", *key[1:], slo.ttft_s, slo.percentile)
+        if gkey not in memo:
+            memo[gkey] = prefill_goodput(profile, slo, model=model)
+    else:
+        gkey = ("decode-goodput", *key[1:], slo.tpot_s, slo.percentile)
+        if gkey not in memo:
+            memo[gkey] = decode_goodput(profile, slo)
+    return cast(PhaseGoodput, memo[gkey])
+
+
 def evaluate_options(
     model: ModelSpec,
     lengths: LengthDistribution,
     slo: SLO,
+    *,
+    memo: dict[tuple[Any, ...], Any] | None = None,
+    **options: Any,
+) -> PhaseOptions:
+    """Per-instance goodputs of every configuration that fits (see the module docstring).
+
+    ``options``: those of :func:`profile_options`. ``memo``: the SLO-free phase profiles
+    (:func:`profile_options`) and the goodputs by target (:func:`goodput_of`), shared by
+    calls that differ only in ``slo`` or ``lengths``; same answers.
+    Raises InfeasibleError when the model fits no configuration of a phase.
+    """
+    memo = {} if memo is None else memo
+    po = profile_options(model, lengths, memo=memo, **options)
+    dec = {c: [goodput_of(memo, k, d, slo, model) for k, d in v] for c, v in po.decode.items()}
+    pre = {c: [goodput_of(memo, k, p, slo, model) for k, p in v] for c, v in po.prefill.items()}
+    profs = {c: [d for _, d in v] for c, v in po.decode.items()}
+    return PhaseOptions(pre, dec, po.links, profs)
+
+
+def profile_options(
+    model: ModelSpec,
+    lengths: LengthDistribution,
     *,
     prefill_devices: Sequence[Device],
     decode_devices: Sequence[Device],
@@ -92,21 +145,24 @@ def evaluate_options(
     dp: int = 1,
     memo: dict[tuple[Any, ...], Any] | None = None,
     engine: EngineSpec = None,
-) -> PhaseOptions:
-    """Per-instance goodputs of every configuration that fits (see the module docstring).
+) -> ProfiledOptions:
+    """The phase profiles of every configuration that fits (see the module docstring).
 
     ``profiles``: calibrated phase cost profiles by ``(phase, device id, TP)`` (see
     :func:`phase_tps`); configurations without one are costed by the roofline.
     ``kv_capacity_tokens``: measured decode KV capacities by ``(device id, TP)``
-    (default: ``memory_fit``). ``memo``: the SLO-free phase profiles and the goodputs by
-    target (a prefill goodput depends on the TTFT target only, a decode one on the TPOT
-    target only), shared by calls that differ only in ``slo`` (an SLO sweep); same answers.
-    ``engine``: the serving engine of every instance, or a
+    (default: ``memory_fit``). ``memo``: the profiles, keyed by the length atoms they
+    depend on (a prefill entry by the prompts only), so calls that differ only in
+    ``lengths`` share it (a length sweep; same model, devices, dtypes, placement and
+    engine); same answers. ``engine``: the serving engine of every instance, or a
     spec resolved per device (``"auto"``: each device's default; ``None``: none).
     Raises InfeasibleError when the model fits no configuration of a phase.
     """
     memo = {} if memo is None else memo
     max_in = int(lengths.input_tokens.max())
+    # the length atoms a memo entry depends on: a prefill entry the prompts, a decode one all
+    prompts = (lengths.input_tokens.tobytes(), lengths.weights.tobytes())
+    atoms = (*prompts, lengths.output_tokens.tobytes())
     tp_candidates = [t for t in tp_candidates if (t * dp) % ep == 0]
     if not tp_candidates:
         raise SpecError(f"ep={ep} divides tp·dp for no TP candidate; choose ep dividing dp·tp")
@@ -116,20 +172,22 @@ def evaluate_options(
         for tp, prof in phase_tps(model, "prefill", dev, tp_candidates, profiles):
             plan = parallel_plan(tp, dtype, kv_dtype, ep=ep, dp=dp)
             cfg = PhaseConfig("prefill", dev, plan, profile=prof, engine=engine_for(engine, dev))
-            fit = cfg.instance(model).memory_fit(
-                batch=2, context_len=max_in, max_batched_tokens=max_in
-            )
-            if fit.fits:
+            fkey = ("prefill-fit", dev.id, tp, max_in)
+            if fkey not in memo:  # None: it fits, else the shortfall
+                fit = cfg.instance(model).memory_fit(
+                    batch=2, context_len=max_in, max_batched_tokens=max_in
+                )
+                memo[fkey] = None if fit.fits else describe_shortfall(fit, model, dev, tp)
+            if memo[fkey] is None:
                 pre_cfgs.append(cfg)
             else:
-                short.append(describe_shortfall(fit, model, dev, tp))
+                short.append(memo[fkey])
     if not pre_cfgs:
         raise InfeasibleError(
             f"{model.id} fits no prefill configuration (TP {', '.join(map(str, tp_candidates))}): "
             + "; ".join(short[-1:])
         )
-    dec: dict[tuple[str, int], list[PhaseGoodput]] = {}
-    profs: dict[tuple[str, int], list[DecodeProfile]] = {}
+    dec: dict[tuple[str, int], list[tuple[tuple[Any, ...], DecodeProfile]]] = {}
     links: dict[tuple[str, int], str] = {}
     reasons: list[str] = []
     probe_p = pre_cfgs[0]
@@ -146,7 +204,7 @@ def evaluate_options(
                     kv,
                     engine_for(engine, dev),
                 )
-                key = ("decode", dev.id, tp, cap)
+                key = ("decode", dev.id, tp, cap, probe_p.device.id, probe_p.plan.tp, atoms)
                 if key not in memo:
                     try:
                         link = kv_link(
@@ -159,20 +217,16 @@ def evaluate_options(
                 if isinstance(dprof, InfeasibleError):
                     reasons.append(str(dprof))
                     continue
-                gkey = ("decode-goodput", *key[1:], slo.tpot_s, slo.percentile)
-                if gkey not in memo:  # an SLO sweep asks again at the same TPOT target
-                    memo[gkey] = decode_goodput(dprof, slo)
-                dec.setdefault((dev.id, tp), []).append(memo[gkey])
-                profs.setdefault((dev.id, tp), []).append(dprof)
+                dec.setdefault((dev.id, tp), []).append((key, dprof))
     if not dec:
         raise InfeasibleError(
             f"{model.id} fits no decode configuration: " + (reasons[-1] if reasons else "")
         )
-    pre: dict[tuple[str, int], list[PhaseGoodput]] = {}
-    for cls, goods in dec.items():
-        dcfg = goods[0].config
+    pre: dict[tuple[str, int], list[tuple[tuple[Any, ...], PrefillProfile]]] = {}
+    for cls, entries in dec.items():
+        dcfg = entries[0][1].config
         for pc in pre_cfgs:
-            pkey = ("prefill", pc.device.id, pc.plan.tp, cls)
+            pkey = ("prefill", pc.device.id, pc.plan.tp, cls, prompts)
             if pkey not in memo:
                 try:
                     memo[pkey] = prefill_profile(
@@ -183,12 +237,9 @@ def evaluate_options(
             pprof = memo[pkey]
             if pprof is None:
                 continue
-            pgkey = ("prefill-goodput", *pkey[1:], slo.ttft_s, slo.percentile)
-            if pgkey not in memo:  # an SLO sweep asks again at the same TTFT target
-                memo[pgkey] = prefill_goodput(pprof, slo, model=model)
-            pre.setdefault(cls, []).append(memo[pgkey])
+            pre.setdefault(cls, []).append((pkey, pprof))
             links.setdefault(cls, pprof.link.name)
-    return PhaseOptions(pre, dec, links, profs)
+    return ProfiledOptions(pre, dec, links)
 
 
 def check_feasible(opts: PhaseOptions, slo: SLO) -> None:

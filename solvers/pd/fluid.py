@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 from perfmodel.errors import InfeasibleError
+from perfmodel.model import ModelSpec
 from perfmodel.pd.config import PhaseGoodput
-from solvers.pd.enumerate import PhaseOptions
+from perfmodel.pd.decode import DecodeProfile
+from perfmodel.pd.prefill import PrefillProfile
+from perfmodel.workload.slo import SLO
+from solvers.pd.enumerate import PhaseOptions, ProfiledOptions, goodput_of
 
 
 @dataclass(frozen=True)
@@ -20,6 +26,14 @@ class FluidOptimum:
     gpu_ratio: float  # prefill : decode GPUs
 
 
+def _pair(p: PhaseGoodput, d: PhaseGoodput) -> FluidOptimum:
+    """A feasible prefill/decode pair's goodput per GPU with fractional instance counts."""
+    gp = min(p.rate_per_s, p.link_capacity_per_s)
+    gd = min(d.rate_per_s, d.link_capacity_per_s)
+    a, b = p.config.gpus / gp, d.config.gpus / gd
+    return FluidOptimum(p, d, 1.0 / (a + b), gd / gp, a / b)
+
+
 def fluid_optimum(opts: PhaseOptions) -> FluidOptimum:
     """The pair maximizing goodput per GPU with fractional instance counts."""
     best: FluidOptimum | None = None
@@ -28,12 +42,50 @@ def fluid_optimum(opts: PhaseOptions) -> FluidOptimum:
             for d in opts.decode[c]:
                 if not (p.feasible and d.feasible):
                     continue
-                gp = min(p.rate_per_s, p.link_capacity_per_s)
-                gd = min(d.rate_per_s, d.link_capacity_per_s)
-                a, b = p.config.gpus / gp, d.config.gpus / gd
-                f = FluidOptimum(p, d, 1.0 / (a + b), gd / gp, a / b)
+                f = _pair(p, d)
                 if best is None or f.per_gpu_rate_per_s > best.per_gpu_rate_per_s:
                     best = f
+    if best is None:
+        raise InfeasibleError("no prefill/decode pair of configurations meets both SLOs")
+    return best
+
+
+def _bound(profile: PrefillProfile | DecodeProfile) -> float:
+    """Above the goodput ``min(rate, link capacity)`` of a profile at any SLO: the
+    bisections of :func:`perfmodel.pd.prefill.prefill_goodput` and
+    :func:`perfmodel.pd.decode.decode_goodput` stay below their tops (the capacity, and
+    1.05 × the decode capacity, itself below its Little's-law bound: no bisection for a
+    decode class that loses), and the link capacity caps it too."""
+    if isinstance(profile, PrefillProfile):
+        return min(profile.capacity_rate_per_s, profile.link_capacity_per_s)
+    link = 1.0 / profile.receive_s_mean if profile.receive_s_mean > 0 else math.inf
+    return min(profile.capacity_bound_per_s * 1.05, link)
+
+
+def fluid_best(
+    po: ProfiledOptions, slo: SLO, *, model: ModelSpec, memo: dict[tuple[Any, ...], Any]
+) -> FluidOptimum:
+    """:func:`fluid_optimum` of the options at ``slo`` without the goodputs that cannot
+    win: pairs in the order of an upper bound on their goodput per GPU (:func:`_bound` of
+    both sides), each side's goodput computed (:func:`goodput_of`, memoized in ``memo``)
+    only while the bound beats the best pair so far. The same best pair."""
+    pairs = []
+    for c in (c for c in po.decode if c in po.prefill):
+        for pk, p in po.prefill[c]:
+            for dk, d in po.decode[c]:
+                up, ud = _bound(p), _bound(d)
+                top = 1.0 / (p.config.gpus / up + d.config.gpus / ud) if up > 0 < ud else 0.0
+                pairs.append((top, pk, p, dk, d))
+    pairs.sort(key=lambda t: -t[0])
+    best: FluidOptimum | None = None
+    for top, pk, p, dk, d in pairs:
+        if best is not None and top <= best.per_gpu_rate_per_s:
+            break
+        gp, gd = goodput_of(memo, pk, p, slo, model), goodput_of(memo, dk, d, slo, model)
+        if gp.feasible and gd.feasible:
+            f = _pair(gp, gd)
+            if best is None or f.per_gpu_rate_per_s > best.per_gpu_rate_per_s:
+                best = f
     if best is None:
         raise InfeasibleError("no prefill/decode pair of configurations meets both SLOs")
     return best

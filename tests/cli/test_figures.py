@@ -8,6 +8,7 @@ tests skip with the reason. Screenshots are left next to the HTML in the test's 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -185,3 +186,28 @@ def test_renders_in_headless_chromium(pages: dict[str, Path], name: str) -> None
     assert drawn, rep
     for p in drawn:  # the data fill their plot area, not a sliver of it
         assert p["xspan"] > 0.8 and p["yspan"] > 0.5, rep
+
+
+def test_pd_phase_wide_grid_shows_the_gain_only() -> None:
+    """A 20 x 20 grid has no room for the regime and the ratio in a cell: the gain map
+    shows the gain (the regime is the colour), the hover text keeps everything."""
+    from reports.pd_figure import TERSE_COLUMNS, phase_figure
+    from reports.pd_plot import PDCell, PDPhaseDiagram
+
+    xs = tuple(float(v) for v in range(1, TERSE_COLUMNS + 2))
+    cells = tuple(
+        PDCell(x=x, y=1.0, regime="disaggregated", disagg_per_gpu=1.25, colocated_per_gpu=1.0,
+               gain=1.25, gpu_ratio=0.5, instance_ratio=1.0, prefill="TP1", decode="TP1",
+               note="")
+        for x in xs
+    )  # fmt: skip
+    d = PDPhaseDiagram("m", "dev", "lengths", "in", "out", xs, (1.0,), "ctx", cells)
+    fig = phase_figure([d]).to_plotly_json()
+    gain = next(t for t in fig["data"] if t["type"] == "heatmap")
+    assert gain["text"][0] == ["1.25"] * len(xs)
+    assert gain["customdata"][0][0] == "PD 1.25x<br>P:D 0.50"
+    narrow = replace(d, xs=xs[:TERSE_COLUMNS], cells=cells[:TERSE_COLUMNS])
+    gain = next(
+        t for t in phase_figure([narrow]).to_plotly_json()["data"] if t["type"] == "heatmap"
+    )
+    assert gain["text"][0][0] == "PD 1.25x<br>P:D 0.50"

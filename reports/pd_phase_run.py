@@ -1,0 +1,121 @@
+"""``perfmodel pd phase``'s two diagrams, computed in parallel processes.
+
+The cells are independent but for the work they share (:func:`reports.pd_plot._sweep`):
+a length sweep's row shares its phase-options memo, an SLO sweep shares everything. So
+the jobs are the SLO sweep (one job) and the length sweep's rows (one job each, longest
+prompts first: they cost most); they run in ``workers`` forked processes, each job
+serially inside, and the rows are joined into one diagram. Every cell equals the cell of
+the serial sweep (a row's first cell starts its colocated search without the hint of the
+row above: the same answer, maybe another estimate). Serial when one worker is asked
+for, one CPU is available, or no pool can be had.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from functools import partial
+from typing import Any
+
+from hardware.device import Device
+from perfmodel.model import ModelSpec
+from perfmodel.workload.presets import Workload
+from perfmodel.workload.slo import SLO
+from reports.pd_plot import PDPhaseDiagram, PDPhaseSweeps, length_sweep, slo_sweep
+from solvers.pd.enumerate import EngineSpec
+
+#: Processes at most (the sweeps are CPU-bound; more than the CPUs only adds contention).
+MAX_WORKERS = 2
+
+
+def _join_rows(rows: Sequence[PDPhaseDiagram]) -> PDPhaseDiagram:
+    """One length diagram of single-input-row diagrams (same outputs, in input order)."""
+    first = rows[0]
+    return replace(
+        first,
+        xs=tuple(r.xs[0] for r in rows),
+        cells=tuple(c for r in rows for c in r.cells),
+    )
+
+
+def _run(fn: Callable[[], PDPhaseDiagram]) -> PDPhaseDiagram:
+    return fn()
+
+
+def _in_pool(
+    jobs: Sequence[Callable[[], PDPhaseDiagram]],
+    sizes: Sequence[int],
+    workers: int,
+    progress: Callable[[int], None] | None,
+) -> list[PDPhaseDiagram] | None:
+    """Every job's diagram from ``workers`` forked processes; None if no pool can be had."""
+    import gc
+    import multiprocessing
+    import pickle
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    out: list[PDPhaseDiagram | None] = [None] * len(jobs)
+    gc.freeze()  # the workers' collections then leave the parent's pages shared
+    try:
+        ctx = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(workers, mp_context=ctx) as ex:
+            futures = {ex.submit(_run, job): i for i, job in enumerate(jobs)}
+            for f in as_completed(futures):
+                i = futures[f]
+                out[i] = f.result()
+                if progress:
+                    progress(sizes[i])
+    except (BrokenProcessPool, OSError, pickle.PicklingError):
+        return None
+    finally:
+        gc.unfreeze()
+    return [d for d in out if d is not None]
+
+
+def phase_sweeps(
+    model: ModelSpec,
+    devices: Sequence[Device],
+    slo: SLO,
+    workload: Workload,
+    *,
+    inputs: Sequence[int],
+    outputs: Sequence[int],
+    slo_scales: Sequence[float],
+    decode_devices: Sequence[Device] | None = None,
+    dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    progress: Callable[[int], None] | None = None,
+    engine: EngineSpec = None,
+    workers: int | None = None,
+) -> PDPhaseSweeps:
+    """The length sweep at ``slo`` and the SLO sweep of ``workload`` over both targets
+    times ``slo_scales`` (see the module docstring); ``workers`` default: the CPUs this
+    process may use, at most :data:`MAX_WORKERS`."""
+    common: dict[str, Any] = {
+        "decode_devices": decode_devices, "dtype": dtype, "kv_dtype": kv_dtype, "engine": engine,
+    }  # fmt: skip
+    slo_job = partial(
+        slo_sweep, model, devices, workload,
+        ttft_s=[slo.ttft_s * k for k in slo_scales], tpot_s=[slo.tpot_s * k for k in slo_scales],
+        percentile=slo.percentile, **common,
+    )  # fmt: skip
+    if workers is None:
+        workers = min(len(os.sched_getaffinity(0)), MAX_WORKERS)
+    if workers > 1 and len(inputs) > 1:
+        order = sorted(range(len(inputs)), key=lambda i: -inputs[i])  # long prompts first
+        rows = [
+            partial(length_sweep, model, devices, slo, inputs=[inputs[i]], outputs=outputs,
+                    **common)
+            for i in order
+        ]  # fmt: skip
+        sizes = [len(slo_scales) ** 2] + [len(outputs)] * len(rows)
+        done = _in_pool([slo_job, *rows], sizes, min(workers, 1 + len(rows)), progress)
+        if done is not None:
+            by_input = dict(zip(order, done[1:], strict=True))
+            return PDPhaseSweeps(_join_rows([by_input[i] for i in range(len(inputs))]), done[0])
+    lens = length_sweep(
+        model, devices, slo, inputs=inputs, outputs=outputs, progress=progress, **common
+    )
+    return PDPhaseSweeps(lens, slo_job(progress=progress))

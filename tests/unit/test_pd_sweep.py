@@ -1,0 +1,96 @@
+"""``pd phase`` sweeps share work across cells (phase options by prompt law, colocated
+estimates by workload); every cell equals the same cell computed alone."""
+
+from __future__ import annotations
+
+import pytest
+
+from hardware.device import load_device
+from perfmodel.model import load_model
+from perfmodel.workload.lengths import fixed_lengths
+from perfmodel.workload.presets import Workload
+from perfmodel.workload.slo import SLO
+from reports.pd_plot import _cell, length_sweep
+from solvers.pd.enumerate import evaluate_options
+
+MODEL = load_model("llama-3.1-8b")
+H100 = load_device("h100-sxm")
+SLO_ = SLO(0.5, 0.05, percentile=0.9)
+
+
+def test_options_memo_keyed_by_the_lengths_it_depends_on() -> None:
+    """One memo serves two workloads with the same prompts: the prefill entries are
+    shared, the decode ones are not (they depend on the outputs), and each call's
+    options equal those of a fresh memo."""
+    memo: dict = {}  # type: ignore[type-arg]
+    kw = {"prefill_devices": [H100], "decode_devices": [H100]}
+    a = evaluate_options(MODEL, fixed_lengths(512, 32), SLO_, memo=memo, **kw)  # type: ignore[arg-type]
+    n_prefill = sum(k[0] == "prefill" for k in memo)
+    n_decode = sum(k[0] == "decode" for k in memo)
+    b = evaluate_options(MODEL, fixed_lengths(512, 256), SLO_, memo=memo, **kw)  # type: ignore[arg-type]
+    assert sum(k[0] == "prefill" for k in memo) == n_prefill  # reused
+    assert sum(k[0] == "decode" for k in memo) == 2 * n_decode  # one set per output length
+    for got, lengths in ((a, fixed_lengths(512, 32)), (b, fixed_lengths(512, 256))):
+        fresh = evaluate_options(MODEL, lengths, SLO_, **kw)  # type: ignore[arg-type]
+        assert got.prefill == fresh.prefill and got.decode == fresh.decode
+    assert a.decode != b.decode
+
+
+@pytest.mark.slow  # about 10 s on an idle machine
+def test_length_sweep_cells_equal_cells_alone() -> None:
+    sweep = length_sweep(MODEL, [H100], SLO_, inputs=[128, 512], outputs=[32, 256])
+    for c in sweep.cells:
+        w = Workload(f"fixed-{c.x:g}-{c.y:g}", fixed_lengths(int(c.x), int(c.y)))
+        assert _cell(MODEL, [H100], [H100], w, SLO_, c.x, c.y, "bf16", "bf16") == c
+
+
+@pytest.mark.slow  # about 10 s on an idle machine
+def test_phase_sweeps_in_two_processes_equal_the_serial_sweeps() -> None:
+    from reports.pd_phase_run import phase_sweeps
+
+    chat = Workload("fixed-512-128", fixed_lengths(512, 128))
+    kw = {"inputs": [512, 128], "outputs": [32, 128], "slo_scales": [1.0, 2.0]}
+    ticks: list[int] = []
+    two = phase_sweeps(MODEL, [H100], SLO_, chat, workers=2, progress=ticks.append, **kw)  # type: ignore[arg-type]
+    one = phase_sweeps(MODEL, [H100], SLO_, chat, workers=1, **kw)  # type: ignore[arg-type]
+    assert two == one
+    assert sorted(ticks) == [2, 2, 4]  # a row of 2 cells each, the SLO grid of 4
+    assert two.lengths.xs == (512.0, 128.0)  # the rows in the order asked for
+    assert [c.x for c in two.lengths.cells] == [512, 512, 128, 128]
+
+
+@pytest.mark.parametrize(
+    ("s", "o", "ttft_s", "tpot_s"),
+    [(512, 128, 0.5, 0.05), (8192, 32, 0.5, 0.05), (2048, 512, 2.0, 0.015), (128, 2048, 0.1, 0.2)],
+)
+def test_fluid_best_is_the_fluid_optimum_with_fewer_goodputs(
+    s: int, o: int, ttft_s: float, tpot_s: float
+) -> None:
+    from solvers.pd.enumerate import profile_options
+    from solvers.pd.fluid import fluid_best, fluid_optimum
+
+    slo = SLO(ttft_s, tpot_s, percentile=0.9)
+    kw = {"prefill_devices": [H100], "decode_devices": [H100]}
+    lengths = fixed_lengths(s, o)
+    full = fluid_optimum(evaluate_options(MODEL, lengths, slo, **kw))  # type: ignore[arg-type]
+    memo: dict = {}  # type: ignore[type-arg]
+    best = fluid_best(profile_options(MODEL, lengths, memo=memo, **kw), slo, model=MODEL, memo=memo)  # type: ignore[arg-type]
+    assert best == full
+    computed = sum(k[0].endswith("-goodput") for k in memo)
+    assert computed < 4 + 16  # of every decode class and every prefill x decode pair
+
+
+def test_fluid_best_raises_as_the_fluid_optimum_when_no_pair_meets_the_slos() -> None:
+    from perfmodel.errors import InfeasibleError
+    from solvers.pd.enumerate import profile_options
+    from solvers.pd.fluid import fluid_best, fluid_optimum
+
+    slo = SLO(0.5, 0.001, percentile=0.9)  # TPOT below any decode step
+    kw = {"prefill_devices": [H100], "decode_devices": [H100]}
+    with pytest.raises(InfeasibleError) as full:
+        fluid_optimum(evaluate_options(MODEL, fixed_lengths(512, 128), slo, **kw))  # type: ignore[arg-type]
+    memo: dict = {}  # type: ignore[type-arg]
+    po = profile_options(MODEL, fixed_lengths(512, 128), memo=memo, **kw)  # type: ignore[arg-type]
+    with pytest.raises(InfeasibleError) as best:
+        fluid_best(po, slo, model=MODEL, memo=memo)
+    assert str(best.value) == str(full.value)
