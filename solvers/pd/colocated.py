@@ -86,10 +86,8 @@ class _Meets:
 
     def _estimate(self, rate: float) -> LatencyEstimate:
         est = self.cache.get(rate)
-        if est is None:  # start from the estimate at the highest rate below (continuation)
-            i = bisect.bisect_left(self.rates, rate)
-            warm = self.cache[self.rates[i - 1]] if i > 0 else None
-            est = self.cache[rate] = latency(self.sv, rate, warm=warm)
+        if est is None:  # a cold estimate: a cell of a sweep equals the cell alone
+            est = self.cache[rate] = latency(self.sv, rate)
         if rate not in self.rates:
             i = bisect.bisect_left(self.rates, rate)
             self.rates.insert(i, rate)
