@@ -11,6 +11,7 @@ from functools import cached_property, partial
 
 from perfmodel.errors import InfeasibleError, SpecError
 from perfmodel.serving.latency import LatencyEstimate
+from perfmodel.serving.search import FalsePosition
 from perfmodel.serving.service import ServiceRate, latency
 from perfmodel.units import MS_PER_S
 from perfmodel.workload.arrivals import check_rate
@@ -100,30 +101,16 @@ def goodput(
             at_goodput=None,
             explanation=_no_rate(low, slo),
         )
-    g_lo, hi, g_hi = _miss(low.attainment, slo.goal), mu, _miss(0.0, slo.goal)
-    best, tol, side, steps = low, rel_tol * mu, 0, 0
-    while hi - lo > tol:
-        if steps < _BISECT_AFTER and g_hi > g_lo:
-            r = lo + (hi - lo) * (-g_lo) / (g_hi - g_lo)
-            # aim just past the root on the side that did not move last: when the root
-            # estimate is good, the next estimate fails (or meets) and the bracket closes
-            r += _STRADDLE * tol * side * -1
-            r = min(max(r, lo + 0.5 * tol), hi - 0.5 * tol)
-        else:
-            r = 0.5 * (lo + hi)
+    b = FalsePosition(lo, mu, _miss(low.attainment, slo.goal), _miss(0.0, slo.goal))
+    best, tol, steps = low, rel_tol * mu, 0
+    while b.hi - b.lo > tol:
+        r = b.point(tol, secant=steps < _BISECT_AFTER)
         steps += 1
         a = slo_attainment(latency(service, r, warm=best.estimate), slo)
         g = _miss(a.attainment, slo.goal)
-        if a.meets_goal:
-            lo, g_lo, best = r, min(g, -1e-12), a
-            if side == -1:
-                g_hi *= 0.5  # Illinois: the stale end's value is halved
-            side = -1
-        else:
-            hi, g_hi = r, max(g, 1e-12)
-            if side == 1:
-                g_lo *= 0.5
-            side = 1
+        b.update(r, min(g, -1e-12) if a.meets_goal else max(g, 1e-12))
+        best = a if a.meets_goal else best
+    lo = b.lo
     return answer(
         feasible=True,
         rate_per_s=lo,
@@ -138,7 +125,6 @@ def goodput(
 
 _MISS_FLOOR = 1e-12  # 1 − A below this counts as this (ln of a miss probability)
 _BISECT_AFTER = 6  # false-position steps before the bracket is halved instead
-_STRADDLE = 0.4  # of the tolerance: how far past the root estimate a step aims
 
 
 def _miss(attainment: float, goal: float) -> float:

@@ -133,6 +133,12 @@ def fft_size(n: int) -> int:
     return best
 
 
+def cp_transform(rates: ArrayLike, jump_hat: NDArray[np.complex128]) -> NDArray[np.complex128]:
+    """``exp(r·(F − 1))``: the transform of ``CP(r, jumps)`` for every rate in ``rates``
+    (any shape; a trailing axis over ``jump_hat``, the jump law's transform ``F``)."""
+    return np.exp(np.multiply.outer(np.asarray(rates, dtype=np.float64), jump_hat - 1.0))
+
+
 def compound_poisson(rates: Arr, jump_pmf: Arr, n: int) -> Arr:
     """Rows ``CP(rate_i, jump_pmf)`` on ``0 … n−1``; the mass at ``≥ n − 1`` lumped at ``n − 1``.
 
@@ -142,8 +148,7 @@ def compound_poisson(rates: Arr, jump_pmf: Arr, n: int) -> Arr:
     several budgets; one iteration's arrivals are below one budget on average).
     """
     size = fft_size(max(2 * max(n, jump_pmf.size), 16))
-    F = np.fft.rfft(jump_pmf, size)
-    pmf = np.fft.irfft(np.exp(np.outer(rates, F - 1.0)), size, axis=1)[:, :n]
+    pmf = np.fft.irfft(cp_transform(rates, np.fft.rfft(jump_pmf, size)), size, axis=-1)[:, :n]
     pmf = np.maximum(pmf, 0.0)
     pmf[:, -1] += np.maximum(1.0 - pmf.sum(axis=1), 0.0)
     return pmf

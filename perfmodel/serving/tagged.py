@@ -12,6 +12,7 @@ from perfmodel.serving.prefill_chain import (
     V_NODES,
     BacklogChain,
     compound_poisson,
+    cp_transform,
     fft_size,
 )
 
@@ -93,12 +94,9 @@ def tagged_request(
     # the arrivals before and after the request in its iteration, CP(λ·v·τ_p) and
     # CP(λ·(1 − v)·τ_p), as their transforms exp(r·(F − 1)) on the convolution grid (one
     # iteration's arrivals stay far below its 2n + |f| points: nothing wraps around)
-    A_hat = np.exp(np.multiply.outer(lam * np.outer(tau_p, 1 - v), F - 1.0))
-    Y = np.fft.irfft(
-        L_hat[:, None, :] * np.exp(np.multiply.outer(lam * np.outer(tau_p, v), F - 1.0)) * F,
-        size,
-        axis=2,
-    )
+    A_hat = cp_transform(lam * np.outer(tau_p, 1 - v), F)
+    before_hat = cp_transform(lam * np.outer(tau_p, v), F)
+    Y = np.fft.irfft(L_hat[:, None, :] * before_hat * F, size, axis=2)
     Y = np.maximum(Y[:, :, :n], 0.0) * wv[None, :, None]
     # the request's last prefill iteration is the m-th from the next one, m = max(1, ⌈y/G⌉)
     m_of_y = np.maximum(1, np.ceil(np.arange(n) / G)).astype(np.int64)

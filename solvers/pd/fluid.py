@@ -42,9 +42,15 @@ def fluid_optimum(opts: PhaseOptions) -> FluidOptimum:
             for d in opts.decode[c]:
                 if not (p.feasible and d.feasible):
                     continue
-                f = _pair(p, d)
-                if best is None or f.per_gpu_rate_per_s > best.per_gpu_rate_per_s:
-                    best = f
+                best = _better(best, _pair(p, d))
+    return _found(best)
+
+
+def _better(best: FluidOptimum | None, f: FluidOptimum) -> FluidOptimum:
+    return f if best is None or f.per_gpu_rate_per_s > best.per_gpu_rate_per_s else best
+
+
+def _found(best: FluidOptimum | None) -> FluidOptimum:
     if best is None:
         raise InfeasibleError("no prefill/decode pair of configurations meets both SLOs")
     return best
@@ -83,12 +89,8 @@ def fluid_best(
             break
         gp, gd = goodput_of(memo, pk, p, slo, model), goodput_of(memo, dk, d, slo, model)
         if gp.feasible and gd.feasible:
-            f = _pair(gp, gd)
-            if best is None or f.per_gpu_rate_per_s > best.per_gpu_rate_per_s:
-                best = f
-    if best is None:
-        raise InfeasibleError("no prefill/decode pair of configurations meets both SLOs")
-    return best
+            best = _better(best, _pair(gp, gd))
+    return _found(best)
 
 
 @dataclass(frozen=True)

@@ -37,3 +37,24 @@ def test_cdf_quantile_of_the_exponential() -> None:
     # a relative tolerance stops early, above the quantile and within the tolerance
     x = cdf_quantile(cdf, 0.9, 0.0, 10.0, iterations=60, rel_tol=1e-3)
     assert math.log(10) <= x <= math.log(10) / (1 - 1e-3)
+
+
+def test_cdf_quantile_closes_a_smooth_bracket_in_few_evaluations() -> None:
+    """False position: ln 10 to the last ulps in ≤ 14 CDF evaluations (halving: 55)."""
+    calls: list[float] = []
+
+    def cdf(x: float) -> float:
+        calls.append(x)
+        return 1.0 - math.exp(-x)
+
+    x = cdf_quantile(cdf, 0.9, 0.0, 10.0, iterations=60)
+    assert x >= math.log(10) and x == pytest.approx(math.log(10), rel=1e-15)
+    assert len(calls) <= 14
+
+
+def test_cdf_quantile_of_an_atom_is_the_atom() -> None:
+    """A jump from 0.475 to 0.975 at 3: every quantile in between is 3 (from above)."""
+    cdf = lambda x: 0.5 * (x >= 3.0) + 0.5 * (1.0 - math.exp(-x))  # noqa: E731
+    for q in (0.6, 0.7, 0.95):
+        x = cdf_quantile(cdf, q, 0.0, 10.0, iterations=60, rel_tol=1e-12)
+        assert 3.0 <= x <= 3.0 * (1 + 1e-12)
