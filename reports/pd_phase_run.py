@@ -39,10 +39,6 @@ def _join_rows(rows: Sequence[PDPhaseDiagram]) -> PDPhaseDiagram:
     )
 
 
-def _run(fn: Callable[[], PDPhaseDiagram]) -> PDPhaseDiagram:
-    return fn()
-
-
 def _in_pool(
     jobs: Sequence[Callable[[], PDPhaseDiagram]],
     sizes: Sequence[int],
@@ -50,28 +46,13 @@ def _in_pool(
     progress: Callable[[int], None] | None,
 ) -> list[PDPhaseDiagram] | None:
     """Every job's diagram from ``workers`` forked processes; None if no pool can be had."""
-    import gc
-    import multiprocessing
-    import pickle
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-    from concurrent.futures.process import BrokenProcessPool
+    from perfmodel.forked import fork_map
 
-    out: list[PDPhaseDiagram | None] = [None] * len(jobs)
-    gc.freeze()  # the workers' collections then leave the parent's pages shared
-    try:
-        ctx = multiprocessing.get_context("fork")
-        with ProcessPoolExecutor(workers, mp_context=ctx) as ex:
-            futures = {ex.submit(_run, job): i for i, job in enumerate(jobs)}
-            for f in as_completed(futures):
-                i = futures[f]
-                out[i] = f.result()
-                if progress:
-                    progress(sizes[i])
-    except (BrokenProcessPool, OSError, pickle.PicklingError):
-        return None
-    finally:
-        gc.unfreeze()
-    return [d for d in out if d is not None]
+    def done(i: int) -> None:
+        if progress:
+            progress(sizes[i])
+
+    return fork_map(jobs, workers, on_result=done)
 
 
 def phase_sweeps(

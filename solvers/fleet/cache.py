@@ -110,10 +110,6 @@ def _store(d: Path | None, job: Job, value: Any) -> None:
         pass
 
 
-def _call(fn: Callable[[], Any]) -> Any:
-    return fn()
-
-
 def run_jobs(
     jobs: Sequence[Job],
     *,
@@ -144,20 +140,9 @@ def run_jobs(
         for name in preload:
             importlib.import_module(name)
     if len(missing) > 1 and workers > 1:
-        import gc
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
-        from concurrent.futures.process import BrokenProcessPool
+        from perfmodel.forked import fork_map
 
-        gc.freeze()  # the forked workers' collections then leave the parent's pages shared
-        try:
-            ctx = multiprocessing.get_context("fork")
-            with ProcessPoolExecutor(min(workers, len(missing)), mp_context=ctx) as ex:
-                values = list(ex.map(_call, [jobs[i].compute for i in missing]))
-        except (BrokenProcessPool, OSError, pickle.PicklingError):
-            values = None
-        finally:
-            gc.unfreeze()
+        values = fork_map([jobs[i].compute for i in missing], workers)
     if values is None:
         values = [jobs[i].compute() for i in missing]
     for i, v in zip(missing, values, strict=True):

@@ -83,6 +83,22 @@ def test_time_limit_stops_with_one_line(monkeypatch) -> None:
     assert len(r.output.strip().splitlines()) == 1
 
 
+def test_time_limit_stops_the_parallel_pd_phase(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """The limit holds with the sweep in worker processes: a running row (a job that
+    takes far longer than the limit) is killed, not waited for, and --out is not written."""
+    monkeypatch.setenv("PERFMODEL_TIME_LIMIT_S", "2")
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", "off")
+    out = tmp_path / "phase.html"
+    scales = ",".join(f"{0.25 * 1.2**k:.4g}" for k in range(16))  # a 256-cell SLO job
+    t0 = time.monotonic()
+    r = runner.invoke(
+        app, ["pd", "phase", "--out", str(out), "--slo-scales", scales, "--workers", "2"]
+    )
+    assert r.exit_code == 2 and time.monotonic() - t0 < 8
+    assert r.output.startswith("error: stopped after 2 s, the time limit")
+    assert not out.exists()
+
+
 def test_pd_plan_unknown_kv_link() -> None:
     r = runner.invoke(app, ["pd", "plan", "--workload", "chat", "--kv-link", "carrier-pigeon"])
     assert r.exit_code == 2

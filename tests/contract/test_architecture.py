@@ -19,6 +19,7 @@ BASE = {
     "perfmodel.dtypes",
     "perfmodel.errors",
     "perfmodel.datafile",
+    "perfmodel.forked",
     "perfmodel",
 }
 
@@ -61,7 +62,7 @@ def test_hardware_uses_only_the_base_of_perfmodel() -> None:
 # The folder order of the data flow (README "Architecture"): a module may import only
 # modules of a lower rank, or of its own unit (the same folder or top-level module).
 RANKS: dict[str, int] = {
-    "perfmodel.base": 0,  # __init__, units, dtypes, errors, datafile
+    "perfmodel.base": 0,  # __init__, units, dtypes, errors, datafile, forked
     "perfmodel.special": 0,  # special functions (numpy and math only)
     "hardware": 1,
     "perfmodel.modelcfg": 1,  # config parsing and layer formulas: below the ModelSpec

@@ -1,0 +1,90 @@
+"""Independent jobs in forked worker processes, stopped at once when the caller stops.
+
+The one place the project forks workers (the plan's evaluations, the PD phase sweep's
+rows). :func:`fork_map` runs zero-argument callables in a ``fork`` process pool and
+returns their values in order. When the parent is interrupted while it waits — the
+command's time limit (SIGALRM), Ctrl-C, a job's exception — the workers are killed
+before the exception goes on: a job still running (a long sweep row) must not keep the
+command alive past its limit, which ``ProcessPoolExecutor``'s exit (it waits for running
+jobs) would do.
+
+Part of the base: imports nothing of the project.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def _call(fn: Callable[[], Any]) -> Any:
+    return fn()
+
+
+def _kill(ex: Any) -> None:
+    """Stop every worker of ``ex`` now (pending jobs cancelled, running ones killed)."""
+    kill = getattr(ex, "kill_workers", None)  # Python >= 3.14
+    if callable(kill):
+        kill()
+        return
+    procs = list((getattr(ex, "_processes", None) or {}).values())
+    ex.shutdown(wait=False, cancel_futures=True)
+    for p in procs:
+        p.kill()
+    for p in procs:
+        p.join()
+
+
+def fork_map(
+    jobs: Sequence[Callable[[], T]],
+    workers: int,
+    *,
+    on_result: Callable[[int], None] | None = None,
+) -> list[T] | None:
+    """Every job's value, computed in ``min(workers, len(jobs))`` forked processes, in
+    the order of ``jobs``; ``on_result(i)`` is called in the parent as job ``i`` ends.
+
+    None when no pool can be had (no ``fork``, a job that cannot be pickled, a worker
+    that died): the caller then runs the jobs serially. Any other exception — a job's,
+    or one raised in the parent while it waits — kills the workers and propagates.
+    """
+    import gc
+    import multiprocessing
+    import pickle
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    try:  # a job that cannot be sent to a worker: serial (checked here, not in the feeder)
+        for job in jobs:
+            pickle.dumps(job)
+    except (pickle.PicklingError, AttributeError, TypeError):
+        return None
+    out: list[Any] = [None] * len(jobs)
+    gc.freeze()  # the workers' collections then leave the parent's pages shared
+    try:
+        ctx = multiprocessing.get_context("fork")
+        ex = ProcessPoolExecutor(max(1, min(workers, len(jobs))), mp_context=ctx)
+    except (OSError, ValueError):
+        gc.unfreeze()
+        return None
+    try:
+        futures = {ex.submit(_call, job): i for i, job in enumerate(jobs)}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for f in done:
+                out[futures[f]] = f.result()
+                if on_result is not None:
+                    on_result(futures[f])
+    except (BrokenProcessPool, OSError):
+        _kill(ex)
+        return None
+    except BaseException:
+        _kill(ex)
+        raise
+    finally:
+        gc.unfreeze()
+    ex.shutdown(wait=True)
+    return out

@@ -1,0 +1,80 @@
+"""perfmodel.forked.fork_map: values in order, and workers gone the moment the parent stops."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from functools import partial
+
+import pytest
+
+from perfmodel.forked import fork_map
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+
+
+def _square(x: int) -> int:
+    return x * x
+
+
+def _pid_then_sleep(path: str, seconds: float) -> int:
+    with open(path, "a") as f:
+        f.write(f"{os.getpid()}\n")
+    time.sleep(seconds)
+    return 0
+
+
+def _boom() -> int:
+    raise ValueError("job failed")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+class _Stop(BaseException):
+    pass
+
+
+def test_values_in_job_order_with_progress():
+    seen: list[int] = []
+    jobs = [partial(_square, x) for x in range(7)]
+    assert fork_map(jobs, 2, on_result=seen.append) == [x * x for x in range(7)]
+    assert sorted(seen) == list(range(7))
+
+
+def test_a_job_error_propagates():
+    with pytest.raises(ValueError, match="job failed"):
+        fork_map([partial(_square, 2), _boom], 2)
+
+
+def test_an_unpicklable_job_means_no_pool():
+    assert fork_map([lambda: 1, lambda: 2], 2) is None
+
+
+def test_parent_interrupt_kills_running_workers(tmp_path):
+    """A time limit (SIGALRM raising in the parent) stops a 30 s job within a second or
+    two, and leaves no worker behind (ProcessPoolExecutor's exit would wait 30 s)."""
+    pids = tmp_path / "pids"
+
+    def alarm(_sig: int, _frame: object) -> None:
+        raise _Stop
+
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, 1.0)
+    t0 = time.perf_counter()
+    try:
+        with pytest.raises(_Stop):
+            fork_map([partial(_pid_then_sleep, str(pids), 30.0)] * 3, 2)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert time.perf_counter() - t0 < 10.0
+    started = [int(p) for p in pids.read_text().split()]
+    assert 1 <= len(started) <= 2
+    assert not any(_alive(p) for p in started)
