@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 
@@ -21,7 +22,7 @@ from perfmodel.units import MS_PER_S
 
 SHAPE_COLS = ("m", "n", "k")
 PREDICTION_COL = "latency_ms"
-_WRITE_CHUNK_ROWS = 1 << 16  # rows formatted at a time when writing (bounded memory)
+_WRITE_BLOCK_CHARS = 1 << 22  # characters of input copied through at a time (bounded memory)
 _MODEL_CHUNK_ROWS = 1 << 17  # shapes costed at a time (the roofline's temporaries)
 #: Largest GEMM dimension accepted in a shapes CSV (far beyond any real kernel).
 MAX_GEMM_DIM = 2**31
@@ -55,32 +56,40 @@ def read_gemm_shapes(path: Path, *, keep_rows: bool = False) -> GemmShapes:
         return _read_rows(path)
     if not keep_rows:
         cols = [header.index(c) for c in SHAPE_COLS]
-        has_dt = "dtype" in header
-        fields = [(c, "f8") for c in SHAPE_COLS] + ([("dtype", "S16")] if has_dt else [])
+        usecols = [*cols, header.index("dtype")] if "dtype" in header else cols
+        a = _bulk_load(path, usecols, "dtype" in header)
+        rows_ok = a is not None and _commas(path) == (len(header) - 1) * (a.size + 1)
+        if rows_ok and a is not None and a.size and len(header) == len(set(header)) and all(header):
+            shapes = np.stack([a[c] for c in SHAPE_COLS], axis=1).astype(np.float64)
+            ok = np.isfinite(shapes) & (shapes > 0) & (shapes <= MAX_GEMM_DIM)
+            if np.all(ok & (shapes == np.floor(shapes))):
+                names = _dtype_names(a["dtype"] if "dtype" in header else None, a.size)
+                if names is not None:
+                    return GemmShapes(header, shapes, names, bulk=True)
+    return _read_rows(path)
+
+
+def _bulk_load(path: Path, usecols: list[int], has_dt: bool) -> np.ndarray | None:
+    """The shape columns (and the dtype column) by numpy's C reader: as integers (3x
+    faster to parse), else as numbers (``1024.0``); None if neither takes the file."""
+    for num in ("i8", "f8"):
+        fields = [(c, num) for c in SHAPE_COLS] + ([("dtype", "S16")] if has_dt else [])
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", UserWarning)  # "input contained no data"
-                a = np.loadtxt(
+                return np.loadtxt(
                     path,
                     delimiter=",",
                     skiprows=1,
-                    usecols=[*cols, header.index("dtype")] if has_dt else cols,
+                    usecols=usecols,
                     dtype=fields,
                     comments=None,
                     ndmin=1,
                     encoding="utf-8-sig",
                 )
-        except (ValueError, UnicodeDecodeError):
-            a = None  # the row-by-row reader says what is wrong
-        rows_ok = a is not None and _commas(path) == (len(header) - 1) * (a.size + 1)
-        if rows_ok and a is not None and a.size and len(header) == len(set(header)) and all(header):
-            shapes = np.stack([a[c] for c in SHAPE_COLS], axis=1)
-            ok = np.isfinite(shapes) & (shapes > 0) & (shapes <= MAX_GEMM_DIM)
-            if np.all(ok & (shapes == np.floor(shapes))):
-                names = _dtype_names(a["dtype"] if has_dt else None, a.size)
-                if names is not None:
-                    return GemmShapes(header, shapes, names, bulk=True)
-    return _read_rows(path)
+        except (ValueError, OverflowError, UnicodeDecodeError):
+            continue  # the next reader (at last the row-by-row one) says what is wrong
+    return None
 
 
 def _commas(path: Path) -> int:
@@ -196,25 +205,61 @@ def prediction_column(header: list[str]) -> str:
 
 def csv_chunks(path: Path, data: GemmShapes, col: str, lat: np.ndarray) -> Iterator[str]:
     """The input's rows with the prediction appended, a block of rows at a time. Bulk-read
-    files are copied line by line (blank lines dropped); others are re-written by ``csv``."""
-    fmt = "{:.6g}".format
+    files are copied through a block of text at a time (blank lines dropped); others are
+    re-written by ``csv``. Predictions are written ``%.6g``."""
     if not data.bulk:
         assert data.rows is not None
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=[*data.header, col], lineterminator="\n")
         w.writeheader()
         for r, t in zip(data.rows, lat, strict=True):
-            w.writerow({**r, col: fmt(t)})
+            w.writerow({**r, col: _fmt(t)})
         yield buf.getvalue()
         return
     with path.open(encoding="utf-8-sig", newline="") as f:
         yield f.readline().rstrip("\r\n") + f",{col}\n"
-        lines = (ln.rstrip("\r\n") for ln in f)
-        data_lines = (ln for ln in lines if ln.strip())
-        for i in range(0, len(lat), _WRITE_CHUNK_ROWS):
-            vals = map(fmt, lat[i : i + _WRITE_CHUNK_ROWS].tolist())
-            # vals first: zip stops on it without taking a line from the next block
-            yield "".join(f"{ln},{v}\n" for v, ln in zip(vals, data_lines, strict=False))
+        done = 0
+        for lines in _line_blocks(f):
+            vals = lat[done : done + len(lines)].tolist()
+            done += len(vals)
+            # zip stops at the last prediction: lines past it (none in a bulk read) dropped
+            text = map(",".join, zip(lines, map(_fmt, vals), strict=False))
+            yield "\n".join(text) + "\n"
+            if done >= len(lat):
+                return
+
+
+#: a prediction's text: ``%`` formatting (``"{:.6g}".format`` writes the same, 25 % slower)
+_fmt = "%.6g".__mod__
+
+
+def _line_blocks(f: TextIO, block_chars: int = _WRITE_BLOCK_CHARS) -> Iterator[list[str]]:
+    """The non-blank lines of ``f`` without their line ends, a block (of about
+    ``block_chars`` characters) at a time; the per-line work is C's (split, a scan for
+    empty lines), not Python's, unless the text has blanks in it."""
+    carry = ""
+    while True:
+        text = f.read(block_chars)
+        if not text:
+            break
+        text = carry + text
+        cut = text.rfind("\n")
+        if cut < 0:
+            carry = text
+            continue
+        carry, text = text[cut + 1 :], text[:cut]
+        yield _clean_lines(text)
+    if carry:
+        yield _clean_lines(carry)
+
+
+def _clean_lines(text: str) -> list[str]:
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").rstrip("\r")
+    lines = text.split("\n")
+    if any(c in text for c in " \t\f\v"):  # maybe whitespace-only lines: look at each
+        return [ln for ln in lines if ln.strip()]
+    return [ln for ln in lines if ln] if "" in lines else lines
 
 
 @dataclass(frozen=True)

@@ -92,3 +92,31 @@ def test_a_bad_row_in_a_large_file_is_named(tmp_path: Path, bad: str, needle: st
     p.write_text("".join([*good[:1501], bad + "\n", *good[1501:]]))  # line 1502 of the file
     code, _, err = run("predict", "gemm", "--hardware", "h100-sxm", "--input", str(p))
     assert code == 2 and needle in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("block_chars", [7, 64, 1 << 22])
+def test_copy_through_keeps_every_line_at_any_block_size(tmp_path: Path, block_chars) -> None:
+    """Lines cut by a block boundary are joined again; CRLF line ends dropped, empty
+    lines skipped as the row reader skips them, blanks inside fields kept; every row gets
+    its own prediction."""
+    p = tmp_path / "s.csv"
+    p.write_bytes(b"m,n,k\r\n1,2,3\r\n\r\n40, 50,60\r\n\r\n7,8,9")  # no final newline
+    from hardware import gemm_predict as gp
+
+    data = read_gemm_shapes(p)
+    assert data.bulk and data.shapes.tolist() == [[1, 2, 3], [40, 50, 60], [7, 8, 9]]
+    with p.open(encoding="utf-8-sig", newline="") as f:
+        f.readline()
+        lines = [ln for b in gp._line_blocks(f, block_chars) for ln in b]
+    assert lines == ["1,2,3", "40, 50,60", "7,8,9"]
+    text = "".join(gp.csv_chunks(p, data, "latency_ms", np.array([0.5, 1 / 3, 2e-7])))
+    assert text == "m,n,k,latency_ms\n1,2,3,0.5\n40, 50,60,0.333333\n7,8,9,2e-07\n"
+
+
+def test_integers_written_as_floats_are_read_in_bulk(tmp_path: Path) -> None:
+    """``1024.0`` is not an int64 for numpy: the float pass takes it (still in bulk)."""
+    p = tmp_path / "f.csv"
+    p.write_text("m,n,k,dtype\n4096.0,4096,4096,bf16\n1,2,3e0,fp8\n")
+    data = read_gemm_shapes(p)
+    assert data.bulk and data.shapes.tolist() == [[4096, 4096, 4096], [1, 2, 3]]
+    assert data.dtypes.tolist() == ["bf16", "fp8"]
