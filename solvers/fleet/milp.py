@@ -22,6 +22,10 @@ model (a pool serving several buckets needs Σ λ_b/g_b instances) is Mélange's
 (Griggs et al., arXiv 2404.14527, §5); here ``g`` comes from the queueing model at the
 SLO instead of a profiled peak.
 
+With one bucket the MILP fixes the counts and the cost; the rate is then split over the
+serving paths in proportion to their goodput (:func:`_balance`: every pool at the same
+fraction of its goodput), not at whichever vertex of the equal-cost face the LP ended on.
+
 Solved with HiGHS through PuLP (``solvers.pulp_solver``) under a time limit; the status is
 checked and the relative MIP gap reported. An infeasible model returns
 ``status="infeasible"`` (the planner then names the binding constraint).
@@ -286,6 +290,7 @@ def solve_fleet(problem: FleetProblem, *, time_limit_s: float = 10.0) -> FleetSo
     optimal = prob.sol_status == pulp.LpSolutionOptimal
     gap = _gap(prob, name)
     counts = {o.name: round(float(n[o.name].value() or 0.0)) for o in P.options}
+    _balance(P, counts, y, x)
     share: dict[tuple[int, str], float] = {}
     for (b, _, oname), v in y.items():
         f = float(v.value() or 0.0) / P.slices
@@ -304,6 +309,35 @@ def solve_fleet(problem: FleetProblem, *, time_limit_s: float = 10.0) -> FleetSo
         name,
         time.perf_counter() - t0,
     )
+
+
+def _balance(P: FleetProblem, counts: Mapping[str, int], y: dict[Any, Any], x: Any) -> None:
+    """One bucket: route the demand in proportion to each path's goodput at the chosen
+    counts — a colocated pool's ``g·n``; a PD class's smallest of its prefill and decode
+    goodputs and KV link capacities — so that every pool runs at the same fraction of its
+    goodput. The counts fix the cost; the LP's own split is any vertex of the face of
+    equal cost (it moved by a few percent between solver settings), this one is the
+    balanced point of that face. Sets the variables' values (the rows are read from them)."""
+    if len(P.demand_per_s) != 1 or P.slices != 1:
+        return
+    D = P.demand_per_s[0]
+    paths: list[tuple[Any, float, float]] = []  # (variable, capacity, value per unit share)
+    for o in P.options:
+        if o.role == "colocated" and (0, 0, o.name) in y:
+            paths.append((y[(0, 0, o.name)], o.goodput_per_s[0] * counts[o.name], 1.0))
+    for k, var in x.items():
+        sides = []
+        for role in ("prefill", "decode"):
+            mine = [o for o in P.options if o.pd_class == k and o.role == role]
+            sides.append(sum(o.goodput_per_s[0] * counts[o.name] for o in mine))
+            sides.append(sum(min(o.link_capacity_per_s, _LINK_CAP * D) * counts[o.name]
+                             for o in mine))  # fmt: skip
+        paths.append((var, min(sides), D))
+    total = sum(c for _, c, _ in paths)
+    if not total >= D:  # cannot happen at a feasible solution: keep the LP's split
+        return
+    for var, c, unit in paths:
+        var.varValue = c / total * unit
 
 
 def _gap(prob: Any, solver: str) -> float | None:
@@ -333,7 +367,7 @@ def _rows(prob: Any, *, idle: Sequence[int] = ()) -> tuple[Row, ...]:
             continue
         lhs = float(c.value() - c.constant) if c.value() is not None else 0.0
         rhs = float(-c.constant)
-        slack = float(c.slack or 0.0)
+        slack = rhs - lhs if c.sense < 0 else lhs - rhs  # >= 0 when met (PuLP's sign)
         scale = abs(rhs) if abs(rhs) > 1e-12 else 1.0
         out.append(Row(name, rhs, lhs, slack / scale, abs(slack) <= 1e-6 * scale))
     return tuple(out)

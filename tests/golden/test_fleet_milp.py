@@ -107,3 +107,24 @@ def test_pd_linking_matches_prefill_and_decode_capacity():
     slow = (FleetOption("p", "X", 1, 2.0, "prefill", (5.0,), 3.0, "k"), *opts[1:])
     s = solve_fleet(FleetProblem(slow, (20.0,)))
     assert s.cost == pytest.approx(17.5)
+
+
+def test_rate_split_in_proportion_to_goodput():
+    """Caps force one colocated instance (5 req/s) and one PD pair (prefill 5, decode 6
+    req/s: the class serves 5) for 9 req/s. Any split with colocated in [3, 5] costs the
+    same; the plan's is the balanced one: 9·5/10 = 4.5 each, both at 90 % of goodput, and
+    every constraint row is met at it (the rows are read after the split)."""
+    opts = (
+        _colo("c", "A", 5.0, 5.0),
+        FleetOption("p", "B", 1, 2.0, "prefill", (5.0,), 100.0, "k"),
+        FleetOption("d", "B", 1, 2.0, "decode", (6.0,), 100.0, "k"),
+    )
+    s = solve_fleet(FleetProblem(opts, (9.0,), max_devices={"A": 1, "B": 2}))
+    assert dict(s.counts) == {"c": 1, "p": 1, "d": 1}
+    assert s.share[(0, "c")] == pytest.approx(0.5, rel=1e-12)
+    assert s.pd_rate_per_s["k"] == pytest.approx(4.5, rel=1e-12)
+    rows = {r.name: r for r in s.rows}
+    assert all(r.slack >= -1e-12 for r in s.rows)
+    assert rows["capacity_0"].slack == pytest.approx(0.1, rel=1e-9)  # n = 1 >= 9·0.5/5
+    assert rows["prefill_goodput_0"].provided == pytest.approx(5.0 - 4.5)  # goodput − x_k
+    assert not rows["capacity_0"].binding and rows["demand_0_0"].binding
