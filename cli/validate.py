@@ -204,7 +204,8 @@ def check_options(params: Mapping[str, Any]) -> None:
     output path (``--out``/``--output``) before any work."""
     for name in OUT_OPTIONS:
         if isinstance(params.get(name), Path):
-            check_out(params[name], force=bool(params.get("force")), f=flag(name))
+            force = bool(params.get("force")) or _resumes(params[name], params)
+            check_out(params[name], force=force, f=flag(name))
     for name, value in params.items():
         if value is None:
             continue
@@ -217,6 +218,16 @@ def check_options(params: Mapping[str, Any]) -> None:
             raise SpecError(
                 f"{flag(name)} must be one of {', '.join(CHOICES[name])}; got {value!r}"
             )
+
+
+def _resumes(out: Path, params: Mapping[str, Any]) -> bool:
+    """``sweep --resume`` into a file it wrote: the file may exist (the sweep checks that
+    the record beside it is of the same spec, and appends the missing chunks)."""
+    if not params.get("resume"):
+        return False
+    from reports.sweep.run import manifest_path
+
+    return manifest_path(Path(out)).is_file()
 
 
 def check_out(path: Path | None, *, force: bool, f: str = "--out") -> None:

@@ -15,6 +15,7 @@ is the only choice and the default.
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
 import io
@@ -84,13 +85,14 @@ def fingerprint(spec: SweepSpec, fmt: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _manifest(out: Path) -> Path:
+def manifest_path(out: Path) -> Path:
+    """The file beside ``out`` that records its finished chunks (what a resume reads)."""
     return out.with_name(out.name + ".done")
 
 
 def _resume_point(out: Path, fp: str) -> tuple[int, int]:
     """(next chunk, output length) from an earlier run's manifest (0, 0 if none)."""
-    man = _manifest(out)
+    man = manifest_path(out)
     if not man.exists():
         return 0, 0
     lines = man.read_text(encoding="utf-8").splitlines()
@@ -117,13 +119,15 @@ class _Writer:
 
     def __init__(self, out: Path, spec: SweepSpec, fmt: str, *, resume: bool, force: bool):
         fp = fingerprint(spec, fmt)
-        man = _manifest(out)
+        man = manifest_path(out)
         if force:
             out.unlink(missing_ok=True)
             man.unlink(missing_ok=True)
         self.next, end = _resume_point(out, fp) if resume else (0, 0)
+        # this sweep's own file, stopped before its first chunk: nothing to keep
+        ours = resume and man.exists()
         if self.next == 0:
-            if out.exists() and not force:
+            if out.exists() and not (force or ours):
                 raise FileExistsError(f"{out} exists; pass --force to overwrite it")
             if not out.parent.is_dir():
                 raise SpecError(f"directory {out.parent} does not exist")
@@ -203,6 +207,20 @@ def _client(scheduler: str, workers: int | None) -> tuple[Any, Any, int]:
     return client, None, max(len(client.scheduler_info().get("workers", {})), 1)
 
 
+def _kill_workers(cluster: Any) -> None:
+    """A stopped sweep (time limit, Ctrl-C, an error): kill the LocalCluster's worker
+    processes with the chunks they are running. A graceful close waits for each running
+    chunk (seconds past a time limit); the file holds the finished chunks either way and
+    a rerun resumes after them."""
+    import signal
+
+    for nanny in list(getattr(cluster, "workers", {}).values()):
+        pid = getattr(nanny, "pid", None)
+        if isinstance(pid, int) and pid > 0:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def check_catalog_ids(spec: SweepSpec) -> None:
     """Every model, hardware and engine of the grid loads (a typo fails before any work)."""
     from hardware.device import load_device
@@ -251,6 +269,7 @@ def run_sweep(
         progress(min(w.first * spec.chunk, spec.size))
     client = cluster = None
     n = 1
+    stopped = True  # until every result is in
     try:
         if scheduler == "serial":
             results = _serial(spec, todo, fmt)
@@ -263,8 +282,11 @@ def run_sweep(
                 progress(len(spec.chunk_range(c)))
         if w.pending or w.next != spec.chunks:  # a chunk never came back: do not pretend
             raise SpecError(f"sweep incomplete: chunk {w.next} missing; run it again to resume")
+        stopped = False
     finally:
         w.close()
+        if stopped and cluster is not None:
+            _kill_workers(cluster)
         if client is not None:
             client.close()
         if cluster is not None:

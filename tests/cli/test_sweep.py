@@ -151,6 +151,34 @@ def test_an_interrupted_sweep_resumes_with_only_the_missing_chunks(tmp_path: Pat
         run_sweep(_spec(chunk=31), out)
 
 
+def test_the_command_resumes_into_its_own_file(tmp_path: Path) -> None:
+    """`perfmodel sweep` again on the file of a stopped sweep (no --force): only the
+    missing chunks run, and the file equals an uninterrupted one. A file the sweep did not
+    write is still refused (test_cli_errors_exit_2_with_one_line)."""
+    spec = _toml(tmp_path, GRID, chunk=30)  # 144 configurations, 5 chunks
+    ref, out = tmp_path / "ref.jsonl", tmp_path / "out.jsonl"
+    args = ["sweep", str(spec), "--scheduler", "serial", "--json", "--out"]
+    assert runner.invoke(app, [*args, str(ref)]).exit_code == 0
+    seen: list[int] = []
+
+    def crash_after_two(n: int) -> None:
+        seen.append(n)
+        if len(seen) == 2:
+            raise _Crash
+
+    from reports.sweep.spec import load_spec
+
+    with pytest.raises(_Crash):
+        run_sweep(load_spec(spec), out, progress=crash_after_two)
+    r = runner.invoke(app, [*args, str(out)])
+    assert r.exit_code == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert (got["resumed_chunks"], got["computed_chunks"]) == (2, 3)
+    assert out.read_bytes() == ref.read_bytes()
+    r = runner.invoke(app, [*args, str(out)])  # finished: nothing to do, nothing changed
+    assert json.loads(r.stdout)["computed_chunks"] == 0 and out.read_bytes() == ref.read_bytes()
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("suffix", [".jsonl", ".csv"])
 def test_a_local_dask_cluster_of_two_processes_writes_the_serial_file(
@@ -163,6 +191,27 @@ def test_a_local_dask_cluster_of_two_processes_writes_the_serial_file(
     r = run_sweep(s, dist, scheduler="local", workers=2)
     assert (r.workers, r.computed_chunks) == (2, 8)
     assert dist.read_bytes() == serial.read_bytes()
+
+
+@pytest.mark.slow
+def test_a_stopped_cluster_sweep_kills_its_running_chunks(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """At the time limit the LocalCluster's workers are killed, not waited for: one chunk
+    here takes far longer than the limit (a graceful close waited for it)."""
+    pytest.importorskip("dask.distributed")
+    import time
+
+    grid = {**GRID, "batch": list(range(1, 65)), "input_len": list(range(128, 8192, 64))}
+    spec = _toml(tmp_path, grid, chunk=10**6)  # everything in one chunk per worker
+    monkeypatch.setenv("PERFMODEL_TIME_LIMIT_S", "8")
+    t0 = time.monotonic()
+    r = runner.invoke(
+        app, ["sweep", str(spec), "--out", str(tmp_path / "o.jsonl"), "--workers", "2",
+              "--scheduler", "local"],
+    )  # fmt: skip
+    assert r.exit_code == 2 and "time limit" in r.stderr
+    # killed: ~1.5 s past the limit (the alarm, then the cluster's close); waited for
+    # (the close before): ~4.5 s past it
+    assert time.monotonic() - t0 < 8 + 3
 
 
 def test_serial_sweeps_do_not_need_dask(tmp_path: Path) -> None:
