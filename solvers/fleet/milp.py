@@ -23,8 +23,9 @@ model (a pool serving several buckets needs Σ λ_b/g_b instances) is Mélange's
 SLO instead of a profiled peak.
 
 With one bucket the MILP fixes the counts and the cost; the rate is then split over the
-serving paths in proportion to their goodput (:func:`_balance`: every pool at the same
-fraction of its goodput), not at whichever vertex of the equal-cost face the LP ended on.
+serving paths in proportion to their goodput (:func:`_balance`: every path — a colocated
+pool, a PD class — at the same fraction of its goodput), not at whichever vertex of the
+equal-cost face the LP ended on.
 
 Solved with HiGHS through PuLP (``solvers.pulp_solver``) under a time limit; the status is
 checked and the relative MIP gap reported. An infeasible model returns
@@ -314,7 +315,7 @@ def solve_fleet(problem: FleetProblem, *, time_limit_s: float = 10.0) -> FleetSo
 def _balance(P: FleetProblem, counts: Mapping[str, int], y: dict[Any, Any], x: Any) -> None:
     """One bucket: route the demand in proportion to each path's goodput at the chosen
     counts — a colocated pool's ``g·n``; a PD class's smallest of its prefill and decode
-    goodputs and KV link capacities — so that every pool runs at the same fraction of its
+    goodputs and KV link capacities — so that every path runs at the same fraction of its
     goodput. The counts fix the cost; the LP's own split is any vertex of the face of
     equal cost (it moved by a few percent between solver settings), this one is the
     balanced point of that face. Sets the variables' values (the rows are read from them)."""
