@@ -71,8 +71,9 @@ def read_gemm_shapes(path: Path, *, keep_rows: bool = False) -> GemmShapes:
 
 def _bulk_load(path: Path, usecols: list[int], has_dt: bool) -> np.ndarray | None:
     """The shape columns (and the dtype column) by numpy's C reader: as integers (3x
-    faster to parse), else as numbers (``1024.0``); None if neither takes the file."""
-    for num in ("i8", "f8"):
+    faster to parse; numpy >= 2 refuses ``1.5`` as one, 1.x cut it to 1 with a warning),
+    else as numbers (``1024.0``); None if neither takes the file."""
+    for num in ("i8", "f8") if _ascii(path) else ("f8",):
         fields = [(c, num) for c in SHAPE_COLS] + ([("dtype", "S16")] if has_dt else [])
         try:
             with warnings.catch_warnings():
@@ -90,6 +91,20 @@ def _bulk_load(path: Path, usecols: list[int], has_dt: bool) -> np.ndarray | Non
         except (ValueError, OverflowError, UnicodeDecodeError):
             continue  # the next reader (at last the row-by-row one) says what is wrong
     return None
+
+
+def _ascii(path: Path) -> bool:
+    """The file is ASCII but for a BOM (C speed). numpy 2.4's integer parser crashes the
+    process (a segfault, found by tests/fuzz) on some fields with characters beyond the
+    BMP; its float parser does not: other files skip the integer pass."""
+    with path.open("rb") as f:
+        first = f.read(1 << 24)
+        if not first.removeprefix(b"\xef\xbb\xbf").isascii():
+            return False
+        while chunk := f.read(1 << 24):
+            if not chunk.isascii():
+                return False
+    return True
 
 
 def _commas(path: Path) -> int:
@@ -216,17 +231,26 @@ def csv_chunks(path: Path, data: GemmShapes, col: str, lat: np.ndarray) -> Itera
             w.writerow({**r, col: _fmt(t)})
         yield buf.getvalue()
         return
-    with path.open(encoding="utf-8-sig", newline="") as f:
-        yield f.readline().rstrip("\r\n") + f",{col}\n"
+    # universal newlines: LF, CRLF and CR-only line ends, as numpy's reader splits them
+    with path.open(encoding="utf-8-sig", newline=None) as f:
+        yield f.readline().rstrip("\n") + f",{col}\n"
         done = 0
         for lines in _line_blocks(f):
+            if done + len(lines) > len(lat):
+                raise _row_mismatch(path, len(lat))
             vals = lat[done : done + len(lines)].tolist()
             done += len(vals)
-            # zip stops at the last prediction: lines past it (none in a bulk read) dropped
-            text = map(",".join, zip(lines, map(_fmt, vals), strict=False))
-            yield "\n".join(text) + "\n"
-            if done >= len(lat):
-                return
+            yield "\n".join(map(",".join, zip(lines, map(_fmt, vals), strict=True))) + "\n"
+        if done != len(lat):
+            raise _row_mismatch(path, len(lat))
+
+
+def _row_mismatch(path: Path, rows: int) -> SpecError:
+    """The copied lines are not the rows read (a line layout the reader split otherwise)."""
+    return SpecError(
+        f"{path}: its data lines do not match the {rows} rows read; save it as plain CSV "
+        "with one row per line"
+    )
 
 
 #: a prediction's text: ``%`` formatting (``"{:.6g}".format`` writes the same, 25 % slower)
@@ -254,8 +278,6 @@ def _line_blocks(f: TextIO, block_chars: int = _WRITE_BLOCK_CHARS) -> Iterator[l
 
 
 def _clean_lines(text: str) -> list[str]:
-    if "\r" in text:
-        text = text.replace("\r\n", "\n").rstrip("\r")
     lines = text.split("\n")
     if any(c in text for c in " \t\f\v"):  # maybe whitespace-only lines: look at each
         return [ln for ln in lines if ln.strip()]
