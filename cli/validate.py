@@ -223,11 +223,12 @@ def check_options(params: Mapping[str, Any]) -> None:
 def _resumes(out: Path, params: Mapping[str, Any]) -> bool:
     """``sweep --resume`` into a file it wrote: the file may exist (the sweep checks that
     the record beside it is of the same spec, and appends the missing chunks)."""
-    if not params.get("resume"):
-        return False
+    p = Path(out)
+    if not params.get("resume") or not p.name or p.is_dir():
+        return False  # (a directory: check_out says so)
     from reports.sweep.run import manifest_path
 
-    return manifest_path(Path(out)).is_file()
+    return manifest_path(p).is_file()
 
 
 def check_out(path: Path | None, *, force: bool, f: str = "--out") -> None:

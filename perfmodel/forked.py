@@ -24,15 +24,16 @@ def _call(fn: Callable[[], Any]) -> Any:
 
 
 def _kill(ex: Any) -> None:
-    """Stop every worker of ``ex`` now (pending jobs cancelled, running ones killed)."""
+    """Stop every worker of ``ex`` now (pending jobs cancelled, running ones killed and
+    reaped)."""
+    procs = list((getattr(ex, "_processes", None) or {}).values())
     kill = getattr(ex, "kill_workers", None)  # Python >= 3.14
     if callable(kill):
         kill()
-        return
-    procs = list((getattr(ex, "_processes", None) or {}).values())
-    ex.shutdown(wait=False, cancel_futures=True)
-    for p in procs:
-        p.kill()
+    else:
+        ex.shutdown(wait=False, cancel_futures=True)
+        for p in procs:
+            p.kill()
     for p in procs:
         p.join()
 
@@ -63,22 +64,25 @@ def fork_map(
         return None
     out: list[Any] = [None] * len(jobs)
     gc.freeze()  # the workers' collections then leave the parent's pages shared
+    ex: Any = None
     try:
         ctx = multiprocessing.get_context("fork")
         ex = ProcessPoolExecutor(max(1, min(workers, len(jobs))), mp_context=ctx)
-    except (OSError, ValueError):
+        futures = {ex.submit(_call, job): i for i, job in enumerate(jobs)}
+    except (OSError, ValueError):  # no processes to be had
+        if ex is not None:
+            _kill(ex)
         gc.unfreeze()
         return None
     try:
-        futures = {ex.submit(_call, job): i for i, job in enumerate(jobs)}
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
             for f in done:
-                out[futures[f]] = f.result()
+                out[futures[f]] = f.result()  # a job's own exception propagates
                 if on_result is not None:
                     on_result(futures[f])
-    except (BrokenProcessPool, OSError):
+    except BrokenProcessPool:  # a worker died (killed, out of memory)
         _kill(ex)
         return None
     except BaseException:

@@ -95,11 +95,17 @@ def _resume_point(out: Path, fp: str) -> tuple[int, int]:
     man = manifest_path(out)
     if not man.exists():
         return 0, 0
-    lines = man.read_text(encoding="utf-8").splitlines()
-    head = json.loads(lines[0]) if lines else {}
-    if head.get("fingerprint") != fp:
+    lines = man.read_text(encoding="utf-8", errors="replace").splitlines()
+    if not out.exists() or (not lines and out.stat().st_size <= len(",".join(CSV_FIELDS)) + 1):
+        return 0, 0  # the results are gone, or a sweep stopped before its record: restart
+    try:
+        head = json.loads(lines[0]) if lines else {}
+    except json.JSONDecodeError:
+        head = {}
+    if not isinstance(head, dict) or head.get("fingerprint") != fp:
         raise SpecError(
-            f"{man} belongs to a different sweep (spec or format changed); delete it and "
+            f"{man} belongs to a different sweep (spec or format changed) or is not a sweep's "
+            "record; delete it and "
             f"{out}, or pass --force to start over"
         )
     nxt, end = 0, 0
@@ -136,6 +142,7 @@ class _Writer:
                 self.f.write(",".join(CSV_FIELDS) + "\n")
             self.man = man.open("w", encoding="utf-8")
             self.man.write(json.dumps({"fingerprint": fp, "chunks": spec.chunks}) + "\n")
+            self.man.flush()  # a sweep killed before its first chunk still has its record
         else:
             self.f = out.open("r+", encoding="utf-8", newline="")
             self.f.truncate(end)

@@ -319,7 +319,7 @@ def _balance(P: FleetProblem, counts: Mapping[str, int], y: dict[Any, Any], x: A
     goodput. The counts fix the cost; the LP's own split is any vertex of the face of
     equal cost (it moved by a few percent between solver settings), this one is the
     balanced point of that face. Sets the variables' values (the rows are read from them)."""
-    if len(P.demand_per_s) != 1 or P.slices != 1:
+    if len(P.demand_per_s) != 1 or P.slices != 1 or P.assignment != "fractional":
         return
     D = P.demand_per_s[0]
     paths: list[tuple[Any, float, float]] = []  # (variable, capacity, value per unit share)

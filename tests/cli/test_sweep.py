@@ -193,6 +193,41 @@ def test_a_local_dask_cluster_of_two_processes_writes_the_serial_file(
     assert dist.read_bytes() == serial.read_bytes()
 
 
+def test_a_sweep_stopped_before_its_first_chunk_restarts(tmp_path: Path) -> None:
+    """A record with only its header (stopped before the first chunk), an empty record
+    (killed before it was flushed), or a record whose results file is gone: the rerun
+    starts over without --force. A record that is not one: one line, exit 2."""
+    from reports.sweep.run import fingerprint, manifest_path
+    from reports.sweep.spec import load_spec
+
+    spec = _toml(tmp_path, GRID, chunk=30)
+    out = tmp_path / "o.jsonl"
+    man = manifest_path(out)
+    args = ["sweep", str(spec), "--scheduler", "serial", "--json", "--out", str(out)]
+    head = json.dumps({"fingerprint": fingerprint(load_spec(spec), "jsonl"), "chunks": 5})
+    for record, results in ((head + "\n", ""), ("", ""), (head + "\n", None)):
+        man.write_text(record)
+        out.unlink(missing_ok=True)
+        if results is not None:
+            out.write_text(results)
+        r = runner.invoke(app, args)
+        assert r.exit_code == 0, r.stderr
+        assert json.loads(r.stdout)["computed_chunks"] == 5
+        assert len(out.read_text().splitlines()) == 144
+    man.write_text("not json\n")
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert "not a sweep's record" in r.stderr
+
+
+@pytest.mark.parametrize("where", [".", "/", ""])
+def test_sweep_out_a_directory_is_one_line(tmp_path: Path, where: str) -> None:
+    spec = _toml(tmp_path, GRID)
+    r = runner.invoke(app, ["sweep", str(spec), "--scheduler", "serial", "--out", where])
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "directory" in r.stderr or "file name" in r.stderr
+
+
 @pytest.mark.slow
 def test_a_stopped_cluster_sweep_kills_its_running_chunks(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """At the time limit the LocalCluster's workers are killed, not waited for: one chunk

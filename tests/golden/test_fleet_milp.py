@@ -128,3 +128,11 @@ def test_rate_split_in_proportion_to_goodput():
     assert rows["capacity_0"].slack == pytest.approx(0.1, rel=1e-9)  # n = 1 >= 9·0.5/5
     assert rows["prefill_goodput_0"].provided == pytest.approx(5.0 - 4.5)  # goodput − x_k
     assert not rows["capacity_0"].binding and rows["demand_0_0"].binding
+
+
+def test_binary_assignment_keeps_whole_buckets():
+    """Mélange's binary routing is structural: the balanced split is not applied to it
+    (one bucket, a minimum forcing a second pool: the bucket still goes to one pool)."""
+    opts = (_colo("a", "A", 4.0, 4.0), _colo("b", "B", 4.0, 4.0))
+    s = solve_fleet(FleetProblem(opts, (6.0,), min_devices={"B": 1}, assignment="binary", slices=1))
+    assert sorted(s.share.values()) == [1.0]

@@ -78,3 +78,14 @@ def test_parent_interrupt_kills_running_workers(tmp_path):
     started = [int(p) for p in pids.read_text().split()]
     assert 1 <= len(started) <= 2
     assert not any(_alive(p) for p in started)
+
+
+def _os_error() -> int:
+    raise FileNotFoundError("no such input")
+
+
+def test_a_job_os_error_is_the_jobs_not_a_dead_pool():
+    """A job's own OSError propagates (it is not taken for a pool that cannot be had,
+    which would run every job again serially)."""
+    with pytest.raises(FileNotFoundError, match="no such input"):
+        fork_map([partial(_square, 2), _os_error], 2)
