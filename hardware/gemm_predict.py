@@ -57,8 +57,9 @@ def read_gemm_shapes(path: Path, *, keep_rows: bool = False) -> GemmShapes:
     if not keep_rows:
         cols = [header.index(c) for c in SHAPE_COLS]
         usecols = [*cols, header.index("dtype")] if "dtype" in header else cols
-        a = _bulk_load(path, usecols, "dtype" in header)
-        rows_ok = a is not None and _commas(path) == (len(header) - 1) * (a.size + 1)
+        commas, ascii_ = _scan(path)
+        a = _bulk_load(path, usecols, "dtype" in header, integers=ascii_)
+        rows_ok = a is not None and commas == (len(header) - 1) * (a.size + 1)
         if rows_ok and a is not None and a.size and len(header) == len(set(header)) and all(header):
             shapes = np.stack([a[c] for c in SHAPE_COLS], axis=1).astype(np.float64)
             ok = np.isfinite(shapes) & (shapes > 0) & (shapes <= MAX_GEMM_DIM)
@@ -69,11 +70,13 @@ def read_gemm_shapes(path: Path, *, keep_rows: bool = False) -> GemmShapes:
     return _read_rows(path)
 
 
-def _bulk_load(path: Path, usecols: list[int], has_dt: bool) -> np.ndarray | None:
-    """The shape columns (and the dtype column) by numpy's C reader: as integers (3x
-    faster to parse; numpy >= 2 refuses ``1.5`` as one, 1.x cut it to 1 with a warning),
-    else as numbers (``1024.0``); None if neither takes the file."""
-    for num in ("i8", "f8") if _ascii(path) else ("f8",):
+def _bulk_load(
+    path: Path, usecols: list[int], has_dt: bool, *, integers: bool
+) -> np.ndarray | None:
+    """The shape columns (and the dtype column) by numpy's C reader: as integers when
+    ``integers`` (3x faster to parse; numpy >= 2 refuses ``1.5`` as one), else or then as
+    numbers (``1024.0``); None if neither takes the file."""
+    for num in ("i8", "f8") if integers else ("f8",):
         fields = [(c, num) for c in SHAPE_COLS] + ([("dtype", "S16")] if has_dt else [])
         try:
             with warnings.catch_warnings():
@@ -93,28 +96,20 @@ def _bulk_load(path: Path, usecols: list[int], has_dt: bool) -> np.ndarray | Non
     return None
 
 
-def _ascii(path: Path) -> bool:
-    """The file is ASCII but for a BOM (C speed). numpy 2.4's integer parser crashes the
-    process (a segfault, found by tests/fuzz) on some fields with characters beyond the
-    BMP; its float parser does not: other files skip the integer pass."""
+def _scan(path: Path) -> tuple[int, bool]:
+    """One pass over the bytes (C speed): the commas (every row must have the header's
+    fields, and numpy's reader does not check the columns it does not use) and whether the
+    file is ASCII but for a BOM (numpy 2.4's integer parser crashes the process — a
+    segfault, found by tests/fuzz — on some fields with characters beyond the BMP; its
+    float parser does not: other files skip the integer pass)."""
+    n, ascii_ = 0, True
     with path.open("rb") as f:
-        first = f.read(1 << 24)
-        if not first.removeprefix(b"\xef\xbb\xbf").isascii():
-            return False
-        while chunk := f.read(1 << 24):
-            if not chunk.isascii():
-                return False
-    return True
-
-
-def _commas(path: Path) -> int:
-    """Commas in the file (C speed): every row must have the header's fields, and numpy's
-    reader does not check the columns it does not use."""
-    n = 0
-    with path.open("rb") as f:
+        first = True
         while chunk := f.read(1 << 24):
             n += chunk.count(b",")
-    return n
+            ascii_ = ascii_ and (chunk.removeprefix(b"\xef\xbb\xbf") if first else chunk).isascii()
+            first = False
+    return n, ascii_
 
 
 def _dtype_names(col: np.ndarray | None, n: int) -> np.ndarray | None:

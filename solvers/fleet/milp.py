@@ -262,8 +262,7 @@ def solve_fleet(problem: FleetProblem, *, time_limit_s: float = 10.0) -> FleetSo
         dec = [o for o in P.options if o.pd_class == k and o.role == "decode"]
         for role, os in (("prefill", pre), ("decode", dec)):
             good = pulp.lpSum(o.goodput_per_s[0] * n[o.name] for o in os)
-            # an unlimited link (colocated KV) is capped at a large multiple of the demand
-            link = pulp.lpSum(min(o.link_capacity_per_s, _LINK_CAP * total) * n[o.name] for o in os)
+            link = pulp.lpSum(_link(o, total) * n[o.name] for o in os)
             side = "egress" if role == "prefill" else "ingress"
             prob += good >= x[k], f"{role}_goodput_{j}"
             prob += link >= x[k], f"kv_link_{side}_{j}"
@@ -331,14 +330,19 @@ def _balance(P: FleetProblem, counts: Mapping[str, int], y: dict[Any, Any], x: A
         for role in ("prefill", "decode"):
             mine = [o for o in P.options if o.pd_class == k and o.role == role]
             sides.append(sum(o.goodput_per_s[0] * counts[o.name] for o in mine))
-            sides.append(sum(min(o.link_capacity_per_s, _LINK_CAP * D) * counts[o.name]
-                             for o in mine))  # fmt: skip
+            sides.append(sum(_link(o, D) * counts[o.name] for o in mine))
         paths.append((var, min(sides), D))
     total = sum(c for _, c, _ in paths)
     if not total >= D:  # cannot happen at a feasible solution: keep the LP's split
         return
     for var, c, unit in paths:
         var.varValue = c / total * unit
+
+
+def _link(o: FleetOption, total: float) -> float:
+    """An option's KV link capacity in the model: an unlimited link (colocated KV) capped
+    at a large multiple of the demand."""
+    return min(o.link_capacity_per_s, _LINK_CAP * total)
 
 
 def _gap(prob: Any, solver: str) -> float | None:
