@@ -43,9 +43,12 @@ def fork_map(
     workers: int,
     *,
     on_result: Callable[[int], None] | None = None,
+    meanwhile: Callable[[], None] | None = None,
 ) -> list[T] | None:
     """Every job's value, computed in ``min(workers, len(jobs))`` forked processes, in
     the order of ``jobs``; ``on_result(i)`` is called in the parent as job ``i`` ends.
+    ``meanwhile()`` runs in the parent once the workers are forked, before it waits
+    (what the caller needs next and the workers do not: imports, say).
 
     None when no pool can be had (no ``fork``, a job that cannot be pickled, a worker
     that died): the caller then runs the jobs serially. Any other exception — a job's,
@@ -75,6 +78,8 @@ def fork_map(
         gc.unfreeze()
         return None
     try:
+        if meanwhile is not None:
+            meanwhile()
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)

@@ -20,6 +20,7 @@ the cache by the smallest worker); a :class:`MemoryFit` reports the binding stag
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from hardware.device import Device
 from hardware.engine import Engine
@@ -123,8 +124,10 @@ def kv_layout(model: ModelSpec, plan: ParallelPlan) -> KVLayout:
     return KVLayout(grow, tuple((b, w) for w, b in sorted(bounded.items())), state)
 
 
+@lru_cache(maxsize=512)
 def stage_kv_layouts(model: ModelSpec, plan: ParallelPlan) -> tuple[KVLayout, ...]:
-    """One ``KVLayout`` per pipeline stage (its layers only)."""
+    """One ``KVLayout`` per pipeline stage (its layers only); a pure function of the
+    (immutable) model and plan, kept for the searches that ask again and again."""
     if plan.pp == 1:
         return (kv_layout(model, plan),)
     return tuple(kv_layout(sub, plan) for sub in stage_models(model, plan.pp))

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -108,9 +109,9 @@ class ModelSpec:
     def n_dense_layers(self) -> int:
         return self.layers - self.n_moe_layers
 
-    @property
+    @cached_property
     def layer_plan(self) -> tuple[LayerSpec, ...]:
-        """Every layer's mixer and MLP (derived for uniform stacks)."""
+        """Every layer's mixer and MLP (derived for uniform stacks; computed once)."""
         if self.layer_specs:
             return self.layer_specs
         moe = set(self.moe.moe_layers) if self.moe else set()
@@ -324,6 +325,12 @@ class ModelSpec:
 
         return model_summary(self)
 
+    @cached_property
+    def _attention_kv_heads(self) -> tuple[int, ...]:
+        """The distinct KV-head counts of the attention layers, ascending."""
+        kvs = {ls.kv_heads for ls in self.layer_plan if ls.is_attention} or {self.kv_heads}
+        return tuple(sorted(kvs))
+
     def check_tp(self, tp: int) -> None:
         """Raise SpecError unless tensor parallelism ``tp`` divides the heads evenly."""
         if not (isinstance(tp, int) and tp >= 1):
@@ -334,8 +341,7 @@ class ModelSpec:
                 f"tp={tp} does not divide the {self.heads} attention heads of {self.id}; "
                 f"valid tp: {', '.join(map(str, valid))}"
             )
-        kvs = {ls.kv_heads for ls in self.layer_plan if ls.is_attention} or {self.kv_heads}
-        for kv in sorted(kvs):
+        for kv in self._attention_kv_heads:
             if not self.mla and kv % tp and tp % kv:
                 raise SpecError(
                     f"tp={tp} neither divides nor is a multiple of the {kv} KV heads of {self.id}"
@@ -369,14 +375,6 @@ def model_from_config(cfg: dict[str, Any], *, id: str = "", where: str = "") -> 
 
     check_architecture(cfg, where=where or f"model {id or cfg.get('_name_or_path') or 'custom'!r}")
     return ModelSpec(**spec_fields(cfg, id=id, where=where))
-
-
-def _opt_float(v: Any, where: str, key: str) -> float | None:
-    if not v:
-        return None
-    if isinstance(v, bool) or not isinstance(v, int | float) or not v > 0:
-        raise SpecError(f"{where}: field {key!r} must be a positive number, got {v!r}")
-    return float(v)
 
 
 def load_model_file(path: str | Path) -> ModelSpec:

@@ -76,7 +76,8 @@ class PriceBook:
     entries: Mapping[str, DevicePrice] = field(default_factory=dict)
 
     def get(self, device_id: str) -> DevicePrice:
-        return self.entries.get(device_id, DevicePrice(device_id, None, source="none"))
+        hit = self.entries.get(device_id)
+        return hit if hit is not None else DevicePrice(device_id, None, source="none")
 
     def price(self, device_id: str) -> float | None:
         return self.get(device_id).price_per_hour_usd

@@ -76,7 +76,8 @@ def mg1_wait_tail(rate_per_s: float, service_s: Arr, weights: Arr) -> tuple[floa
     gamma = hi
     for _ in range(200):
         e = np.exp(gamma * service_s)
-        step = f(gamma) / (lam * float(np.dot(weights, service_s * e)) - 1.0)
+        f_g = lam * (float(np.dot(weights, e)) - 1.0) - gamma  # f(gamma), e reused
+        step = f_g / (lam * float(np.dot(weights, service_s * e)) - 1.0)
         if not step > 4e-16 * gamma:
             break
         gamma -= step

@@ -167,6 +167,8 @@ class Transition:
         self.states = arrivals.shape[1]
         self._size = fft_size(2 * self.states)
         self._full_hat = np.fft.rfft(arrivals[-1], self._size)
+        self._back_size = fft_size(3 * self.states)
+        self._back_hat: NDArray[np.complex128] | None = None  # conj(Â_G), when first asked
 
     def __call__(self, x: Arr) -> Arr:
         """``x·T`` for a row vector (or the rows of a 2-D array) over the states."""
@@ -187,9 +189,10 @@ class Transition:
         out[: G + 1] = self.arrivals @ f
         # state G + k leaves k grid steps: E[f(min(k + A, n − 1))], a correlation with A_G
         f_ext = np.concatenate([f, np.full(n, f[-1])])
-        size = fft_size(3 * n)
-        a_hat = np.fft.rfft(self.arrivals[-1], size)
-        corr = np.fft.irfft(np.conj(a_hat) * np.fft.rfft(f_ext, size), size)
+        size = self._back_size
+        if self._back_hat is None:
+            self._back_hat = np.conj(np.fft.rfft(self.arrivals[-1], size))
+        corr = np.fft.irfft(self._back_hat * np.fft.rfft(f_ext, size), size)
         out[G + 1 :] = corr[1 : n - G]
         return out
 

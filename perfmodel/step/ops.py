@@ -36,6 +36,7 @@ from perfmodel.moe.ep_comm import ep_bytes_per_gpu
 from perfmodel.moe.expert import expert_weight_elems
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
+from perfmodel.step.structure import mean_mlp_width, mixer_groups, mlp_structure
 
 Arr = NDArray[np.float64]
 OpKind = Literal["compute", "comm"]
@@ -73,28 +74,6 @@ def _allreduce(name: str, tokens: Arr, model: ModelSpec, plan: ParallelPlan, cou
         count,
         collective="all_reduce",
     )
-
-
-_SUFFIX = {"full": "", "sliding": "_swa", "chunked": "_chunked", "linear": "", "proj": ""}
-
-
-_Key = tuple[str, int, int, int, bool]
-
-
-def _groups(keys: list[_Key]) -> list[tuple[_Key, int, str]]:
-    """Distinct (kind, KV heads, window, head width, k_eq_v) keys in first-seen order
-    with their layer count and an op-name suffix: by kind, plus the width where a kind
-    has several (DeciLM)."""
-    counts: dict[_Key, int] = {}
-    for k in keys:
-        counts[k] = counts.get(k, 0) + 1
-    out = []
-    for k, n in counts.items():
-        same = [c for c in counts if c[0] == k[0]]
-        main = max(same, key=lambda c: counts[c])
-        wide = f"_w{k[1]}" + (f"d{k[3]}" if k[3] else "")
-        out.append((k, n, _SUFFIX.get(k[0], "") + ("" if k == main else wide)))
-    return out
 
 
 def _attention_group(
@@ -226,14 +205,9 @@ def attention_ops(
     kind: ``_swa`` sliding, ``_chunked``, ``_w<kv>`` for minority KV widths). With
     attention data parallelism each device serves ``1/dp`` of the batch."""
     b = batch.scaled(1 / plan.dp)
-    plan_ = model.layer_plan
     ops: list[Op] = []
-    keys = [
-        (ls.mixer, ls.kv_heads, ls.window, ls.head_dim, ls.k_eq_v)
-        for ls in plan_
-        if ls.mixer != "none"
-    ]
-    for (kind, kv, win, d, k_eq_v), n, sfx in _groups(keys):
+    groups, mixers = mixer_groups(model)
+    for (kind, kv, win, d, k_eq_v), n, sfx in groups:
         if kind == "linear":
             ops += _linear_group(model, plan, b, n)
         elif kind == "proj":
@@ -245,8 +219,8 @@ def attention_ops(
         else:
             ls = LayerSpec(kind, kv, win, head_dim=d, k_eq_v=k_eq_v)
             ops += _attention_group(model, plan, b, ls, n, sfx, decode_kv_reads)
-    if plan.tp > 1 and keys:
-        ops.append(_allreduce("attn_allreduce", b.tokens, model, plan, len(keys)))
+    if plan.tp > 1 and mixers:
+        ops.append(_allreduce("attn_allreduce", b.tokens, model, plan, mixers))
     return ops
 
 
@@ -302,16 +276,10 @@ def mlp_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op]:
     T = batch.tokens / plan.dp  # rows of one attention-DP rank (dense parts)
     ops: list[Op] = []
     up = 2 if model.gated_mlp else 1
-    layers = model.layer_plan
-    dense: list[_Key] = [
-        ("dense", ls.intermediate, 0, 0, False)
-        for ls in layers
-        if ls.mlp in ("dense", "moe") and ls.intermediate
-    ]
-    for (_, width, *_), n, sfx in _groups(dense):
+    dense, n_proj, n_mlp = mlp_structure(model)
+    for (_, width, *_), n, sfx in dense:
         ops.append(_gemm("mlp_up" + sfx, T, up * width / t, h, plan, n, "dense_mlp"))
         ops.append(_gemm("mlp_down" + sfx, T, h, width / t, plan, n, "dense_mlp"))
-    n_proj = sum(1 for ls in layers if ls.mlp == "proj")
     if n_proj:
         ops.append(_gemm("mlp_linear", T, h, h, plan, n_proj, "dense_mlp"))
     if model.moe:
@@ -325,7 +293,6 @@ def mlp_ops(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> list[Op]:
             sh = moe.shared_intermediate / t
             ops.append(_gemm("shared_up", T, up * sh, h, plan, nm, "shared_experts"))
             ops.append(_gemm("shared_down", T, h, sh, plan, nm, "shared_experts"))
-    n_mlp = sum(1 for ls in layers if ls.mlp != "none")
     if t > 1 and n_mlp:
         ops.append(_allreduce("mlp_allreduce", T, model, plan, n_mlp))
     return ops
@@ -335,11 +302,7 @@ def elementwise_op(model: ModelSpec, plan: ParallelPlan, batch: Batch) -> Op:
     """Norms, residual adds, activation, RoPE: ~10 hidden-width passes + 3 MLP-width
     (the mean MLP width over the layers: dense width, or top-k experts + shared)."""
     T = batch.tokens / plan.dp
-    m = model.moe
-    routed = (m.top_k * m.expert_intermediate + m.shared_intermediate) if m else 0
-    widths = [ls.intermediate + (routed if ls.mlp == "moe" else 0) for ls in model.layer_plan]
-    width = sum(widths) / len(widths)
-    elems = T * (10 * model.hidden + 3 * width / plan.tp)
+    elems = T * (10 * model.hidden + 3 * mean_mlp_width(model) / plan.tp)
     return Op("elementwise", "compute", elems, elems * plan.act_bytes, model.layers, kernels=4.0)
 
 
@@ -369,12 +332,13 @@ def layer_ops(
     model: ModelSpec, plan: ParallelPlan, batch: Batch, *, decode_kv_reads: float = 1.0
 ) -> list[Op]:
     """Every operator of one iteration on one device, in execution order."""
+    head = head_ops(model, plan, batch)
     ops = [
-        *head_ops(model, plan, batch)[:1],
+        *head[:1],
         *attention_ops(model, plan, batch, decode_kv_reads=decode_kv_reads),
         *mlp_ops(model, plan, batch),
         elementwise_op(model, plan, batch),
-        *head_ops(model, plan, batch)[1:],
+        *head[1:],
     ]
     from perfmodel.step.dequant import dequant_op  # builds on Op: imported here, no cycle
 

@@ -62,8 +62,15 @@ def _solve_all(
     from solvers.pulp_solver import mute_highs_banner
 
     mute_highs_banner()  # once, before the threads (it redirects fd 1 for a moment)
+    # the largest models first (longest-processing-time order: the last solve to start is
+    # a small one, so both threads finish close together)
+    order = sorted(range(len(problems)), key=lambda i: -len(problems[i].options))
+    out: list[FleetSolution | None] = [None] * len(problems)
     with ThreadPoolExecutor(min(workers, len(problems))) as ex:
-        return list(ex.map(lambda p: solve_fleet(p, time_limit_s=time_limit_s), problems))
+        futures = {i: ex.submit(solve_fleet, problems[i], time_limit_s=time_limit_s) for i in order}
+        for i, f in futures.items():
+            out[i] = f.result()
+    return [s for s in out if s is not None]
 
 
 def solve_fleets(

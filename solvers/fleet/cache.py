@@ -116,12 +116,14 @@ def run_jobs(
     enabled: bool = True,
     workers: int | None = None,
     preload: Sequence[str] = (),
+    meanwhile: Sequence[str] = (),
 ) -> list[Any]:
     """Every job's value: from the cache, else computed — in ``workers`` forked processes
     when more than one job misses (default: the CPUs this process may use, at most 4),
     serially when a pool cannot be had. Results are identical either way. ``preload``:
     modules the jobs import, imported before the fork when some job misses (once, not
-    once per process)."""
+    once per process); ``meanwhile``: modules the caller needs next, imported in this
+    process while the workers compute."""
     d = cache_dir() if enabled else None
     out: list[Any] = [None] * len(jobs)
     missing = []
@@ -134,15 +136,19 @@ def run_jobs(
     if workers is None:
         workers = min(len(os.sched_getaffinity(0)), _MAX_WORKERS)
     values: list[Any] | None = None
-    if missing:
-        import importlib
+    import importlib
 
+    if missing:
         for name in preload:
             importlib.import_module(name)
     if len(missing) > 1 and workers > 1:
         from perfmodel.forked import fork_map
 
-        values = fork_map([jobs[i].compute for i in missing], workers)
+        def imports() -> None:
+            for name in meanwhile:
+                importlib.import_module(name)
+
+        values = fork_map([jobs[i].compute for i in missing], workers, meanwhile=imports)
     if values is None:
         values = [jobs[i].compute() for i in missing]
     for i, v in zip(missing, values, strict=True):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Any
 
 from hardware.device import Device
@@ -49,6 +50,8 @@ EVALUATION_MODULES = (
     "solvers.pd.enumerate",
     "threadpoolctl",
 )
+#: what the fleet MILPs import next (in the parent, while the evaluations run)
+SOLVE_MODULES = ("pulp", "highspy", "solvers.pulp_solver")
 
 
 @dataclass(frozen=True)
@@ -80,8 +83,9 @@ class PlanInputs:
         if self.time_limit_s <= 0:
             raise SpecError(f"time limit must be > 0 s, got {self.time_limit_s}")
 
-    @property
+    @cached_property
     def priced(self) -> bool:
+        """Every device has a price (then comparisons are in money, else in devices)."""
         return all(self.prices.price(d.id) is not None for d in self.devices)
 
     @property
@@ -102,7 +106,12 @@ def evaluate(inputs: PlanInputs) -> tuple[list[Candidate], list[str]]:
     )
     pd = inputs.allow_pd and inputs.buckets == 1
     extra = pd_jobs(m, w, slo, devs, eng) if pd else []
-    values = run_jobs([*extra, *(j for _, j in jobs)], enabled=cache, preload=EVALUATION_MODULES)
+    values = run_jobs(
+        [*extra, *(j for _, j in jobs)],
+        enabled=cache,
+        preload=EVALUATION_MODULES,
+        meanwhile=SOLVE_MODULES,
+    )
     cands, more = colocated_results(jobs, values[len(extra) :])
     rejected += more
     if inputs.buckets > 1:
