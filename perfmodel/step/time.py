@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from hardware.comm import collective_time_s, link_for_group, scale_up_domain_size
+from hardware.comm import scale_up_domain_size
 from hardware.device import Device
 from hardware.engine import Engine
 from hardware.roofline import Roofline
@@ -42,33 +42,18 @@ from perfmodel.errors import SpecError
 from perfmodel.model import ModelSpec
 from perfmodel.plan import ParallelPlan, check_pp, stage_models
 from perfmodel.step.batch import Batch
+from perfmodel.step.costing import HOST_OP as HOST_OP  # re-export
+from perfmodel.step.costing import (
+    Costing,
+    OpTime,
+    costing_of,
+    host_op,
+    time_op,
+    time_ops,
+)
 from perfmodel.step.ops import Op, attention_ops, elementwise_op, head_ops, layer_ops, mlp_ops
 
 Arr = NDArray[np.float64]
-HOST_OP = "host_overhead"  # the engine's per-iteration host time (scheduler, sampling)
-
-
-@dataclass(frozen=True)
-class OpTime:
-    """Time of one operator summed over the iteration (all its layers), seconds."""
-
-    name: str
-    count: int
-    flops: Arr
-    bytes: Arr
-    compute_s: Arr
-    memory_s: Arr
-    comm_s: Arr
-    total_s: Arr
-
-    @property
-    def bound(self) -> NDArray[np.str_]:
-        """'compute', 'memory', 'comm' or 'host' (engine overhead): what sets this op's time."""
-        if self.name == HOST_OP:
-            return np.full(np.shape(self.total_s), "host")
-        return np.where(
-            self.comm_s > 0, "comm", np.where(self.compute_s > self.memory_s, "compute", "memory")
-        )
 
 
 @dataclass(frozen=True)
@@ -109,100 +94,6 @@ class StepTime:
         )
 
 
-@dataclass(frozen=True)
-class _Costing:
-    """How an iteration is costed: the GEMM/streaming profile, the attention profile,
-    K/V reads per decode step and the engine (host overhead), if any."""
-
-    gemm: Roofline
-    attention: Roofline
-    decode_kv_reads: float = 1.0
-    engine: Engine | None = None
-    comm_extra_s: float = 0.0  # the engine's fixed cost per collective call
-    experts: Roofline | None = None  # the routed experts' grouped GEMM (default: gemm)
-
-    def profile(self, op: Op) -> Roofline:
-        if op.name == "moe_experts" and self.experts is not None:
-            return self.experts
-        return self.attention if op.name.startswith("attention") else self.gemm
-
-
-def _costing(
-    model: ModelSpec,
-    device: Device,
-    plan: ParallelPlan,
-    profile: Roofline | None,
-    engine: Engine | None,
-) -> _Costing:
-    """Without an engine: ``profile`` (default roofline) for every op, shared K/V reads."""
-    if engine is None:
-        prof = profile or Roofline(device)
-        return _Costing(prof, prof)
-    eff = engine.kernel_efficiency(device.id, plan.act_dtype)
-    gemm = profile or Roofline(device, eff_compute=eff.gemm_compute, eff_memory=eff.memory)
-    # a KV format the device cannot compute in (FP8 KV on an A100) is dequantized in
-    # software inside the attention kernel: its reads stream at a fraction of the rate
-    soft = plan.kv_bytes < plan.act_bytes and not device.computes(plan.kv_dtype)
-    attn_mem = eff.memory * (engine.kv_dequant_efficiency if soft else 1.0)
-    attn = profile or Roofline(device, eff_compute=eff.attention_compute, eff_memory=attn_mem)
-    # query heads per KV head on one device (KV heads replicate when tp > kv_heads)
-    reads = (
-        1.0
-        if model.mla
-        else engine.decode_kv_reads(
-            model.heads / plan.tp, model.kv_heads / model.kv_shards(plan.tp)
-        )
-    )
-    k = engine.moe_efficiency
-    experts = profile or Roofline(
-        device, eff_compute=eff.gemm_compute * k, eff_memory=eff.memory * k
-    )
-    return _Costing(gemm, attn, reads, engine, engine.collective_overhead_s, experts)
-
-
-def _host_op(c: _Costing, device: Device, batch: Batch) -> OpTime | None:
-    if c.engine is None:
-        return None
-    t = np.asarray(
-        c.engine.host_overhead_s(device.id, batch.decode_seqs + batch.prefill_seqs)
-        + np.zeros(np.shape(batch.tokens)),
-        dtype=np.float64,
-    )
-    z = np.zeros_like(t)
-    return OpTime(HOST_OP, 1, z, z, z, z, z, t)
-
-
-def _time_op(
-    op: Op, prof: Roofline, device: Device, plan: ParallelPlan, comm_extra_s: float = 0.0
-) -> OpTime:
-    """Seconds of ``op`` (all its executions); ``comm_extra_s``: the engine's fixed cost
-    per collective call beyond the link model (launch, synchronization)."""
-    n = op.count
-    if op.kind == "comm":
-        if op.name == "pp_p2p_nic":  # between stages on different nodes
-            group, link = 2, link_for_group(device, scale_up_domain_size(device) + 1)
-        elif op.collective == "p2p":  # between stages of one node (one sender, one receiver)
-            node = scale_up_domain_size(device)
-            group, link = 2, link_for_group(device, min(plan.tp * plan.pp, node))
-        elif op.collective == "all_to_all":  # expert-parallel dispatch / combine
-            group, link = plan.ep, link_for_group(device, plan.ep)
-        else:  # inside one stage's tensor-parallel group
-            group, link = plan.tp, link_for_group(device, plan.tp)
-        t = collective_time_s(op.collective, op.bytes, group=group, link=link, dtype=plan.act_dtype)  # type: ignore[arg-type]
-        t = t + comm_extra_s
-        z = np.zeros_like(t)
-        return OpTime(op.name, n, z, z, z, z, n * t, n * t)
-    dtype = op.dtype if op.dtype and device.computes(op.dtype) else plan.act_dtype
-    flops = op.flops
-    if op.unpadded_flops is not None and not device.pads_gemm_rows:
-        flops = op.unpadded_flops  # no fixed row tiles (FPGA dataflow engines)
-    r = prof.times(flops, op.bytes, dtype=dtype, kernels=op.kernels)
-    z = np.zeros_like(r.total_s)
-    return OpTime(
-        op.name, n, n * flops, n * op.bytes, n * r.compute_s, n * r.memory_s, z, n * r.total_s
-    )
-
-
 def step_time(
     model: ModelSpec,
     device: Device,
@@ -225,14 +116,12 @@ def step_time(
     """
     plan = plan or ParallelPlan()
     model.check_tp(plan.tp)
-    c = _costing(model, device, plan, profile, engine)
-    host = _host_op(c, device, batch)
+    c = costing_of(model, device, plan, profile, engine)
+    host = host_op(c, device, batch)
     if plan.pp > 1:
         return _pipeline_step(model, device, batch, plan, c, host)
-    times = tuple(
-        _time_op(op, c.profile(op), device, plan, c.comm_extra_s)
-        for op in layer_ops(model, plan, batch, decode_kv_reads=c.decode_kv_reads)
-    )
+    ops = layer_ops(model, plan, batch, decode_kv_reads=c.decode_kv_reads)
+    times = tuple(time_ops(ops, c, device, plan))
     if host is not None:
         times = (*times, host)
     total = sum((o.total_s for o in times), np.zeros(np.shape(batch.tokens)))
@@ -302,7 +191,7 @@ def _pipeline_step(
     device: Device,
     batch: Batch,
     plan: ParallelPlan,
-    c: _Costing,
+    c: Costing,
     host: OpTime | None,
 ) -> StepTime:
     pp = plan.pp
@@ -314,10 +203,9 @@ def _pipeline_step(
         )
     shape = np.shape(batch.tokens)
     stages = [
-        [
-            _time_op(op, c.profile(op), device, plan, c.comm_extra_s)
-            for op in stage_ops(model, plan, batch, s, decode_kv_reads=c.decode_kv_reads)
-        ]
+        time_ops(
+            stage_ops(model, plan, batch, s, decode_kv_reads=c.decode_kv_reads), c, device, plan
+        )
         for s in range(pp)
     ]
     stage_s = tuple(
@@ -326,7 +214,7 @@ def _pipeline_step(
     )
     slowest = np.argmax(np.stack(stage_s), axis=0)  # the bottleneck stage, per batch element
     hops = [
-        _time_op(op, c.gemm, device, plan, c.comm_extra_s)
+        time_op(op, c.gemm, device, plan, c.comm_extra_s)
         for op in pipeline_hop_ops(model, plan, batch, device)
     ]
     if host is not None:  # one scheduler step per virtual-engine iteration

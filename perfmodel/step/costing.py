@@ -1,0 +1,218 @@
+"""How one step is costed: each operator's time, on the roofline or over a link.
+
+:func:`time_ops` times the operators :mod:`perfmodel.step.ops` lists — compute ops on
+the device's roofline (:class:`hardware.roofline.Roofline`, with the engine's kernel
+efficiencies), collectives on the link model (:mod:`hardware.comm`) — and
+:func:`host_op` adds the engine's host time. :mod:`perfmodel.step.time` sums them into
+the step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+from hardware.comm import collective_time_s, link_for_group, scale_up_domain_size
+from hardware.device import Device
+from hardware.engine import Engine
+from hardware.roofline import Roofline
+from perfmodel.model import ModelSpec
+from perfmodel.plan import ParallelPlan
+from perfmodel.step.batch import Batch
+from perfmodel.step.ops import Op
+
+Arr = NDArray[np.float64]
+HOST_OP = "host_overhead"  # the engine's per-iteration host time (scheduler, sampling)
+
+
+@dataclass(frozen=True)
+class OpTime:
+    """Time of one operator summed over the iteration (all its layers), seconds."""
+
+    name: str
+    count: int
+    flops: Arr
+    bytes: Arr
+    compute_s: Arr
+    memory_s: Arr
+    comm_s: Arr
+    total_s: Arr
+
+    @property
+    def bound(self) -> NDArray[np.str_]:
+        """'compute', 'memory', 'comm' or 'host' (engine overhead): what sets this op's time."""
+        if self.name == HOST_OP:
+            return np.full(np.shape(self.total_s), "host")
+        return np.where(
+            self.comm_s > 0, "comm", np.where(self.compute_s > self.memory_s, "compute", "memory")
+        )
+
+
+@dataclass(frozen=True)
+class Costing:
+    """How an iteration is costed: the GEMM/streaming profile, the attention profile,
+    K/V reads per decode step and the engine (host overhead), if any."""
+
+    gemm: Roofline
+    attention: Roofline
+    decode_kv_reads: float = 1.0
+    engine: Engine | None = None
+    comm_extra_s: float = 0.0  # the engine's fixed cost per collective call
+    experts: Roofline | None = None  # the routed experts' grouped GEMM (default: gemm)
+
+    def profile(self, op: Op) -> Roofline:
+        if op.name == "moe_experts" and self.experts is not None:
+            return self.experts
+        return self.attention if op.name.startswith("attention") else self.gemm
+
+
+def _costing(
+    model: ModelSpec,
+    device: Device,
+    plan: ParallelPlan,
+    profile: Roofline | None,
+    engine: Engine | None,
+) -> Costing:
+    """Without an engine: ``profile`` (default roofline) for every op, shared K/V reads."""
+    if engine is None:
+        prof = profile or Roofline(device)
+        return Costing(prof, prof)
+    eff = engine.kernel_efficiency(device.id, plan.act_dtype)
+    gemm = profile or Roofline(device, eff_compute=eff.gemm_compute, eff_memory=eff.memory)
+    # a KV format the device cannot compute in (FP8 KV on an A100) is dequantized in
+    # software inside the attention kernel: its reads stream at a fraction of the rate
+    soft = plan.kv_bytes < plan.act_bytes and not device.computes(plan.kv_dtype)
+    attn_mem = eff.memory * (engine.kv_dequant_efficiency if soft else 1.0)
+    attn = profile or Roofline(device, eff_compute=eff.attention_compute, eff_memory=attn_mem)
+    # query heads per KV head on one device (KV heads replicate when tp > kv_heads)
+    reads = (
+        1.0
+        if model.mla
+        else engine.decode_kv_reads(
+            model.heads / plan.tp, model.kv_heads / model.kv_shards(plan.tp)
+        )
+    )
+    k = engine.moe_efficiency
+    experts = profile or Roofline(
+        device, eff_compute=eff.gemm_compute * k, eff_memory=eff.memory * k
+    )
+    return Costing(gemm, attn, reads, engine, engine.collective_overhead_s, experts)
+
+
+#: costings by the identities of (model, device, plan, profile, engine), the objects kept
+#: with them (a search costs thousands of steps of one instance)
+_COSTINGS: dict[tuple[int, ...], tuple[tuple[object, ...], Costing]] = {}
+_COSTINGS_KEPT = 64
+
+
+def costing_of(
+    model: ModelSpec,
+    device: Device,
+    plan: ParallelPlan,
+    profile: Roofline | None,
+    engine: Engine | None,
+) -> Costing:
+    """How a step of these inputs is costed (:func:`_costing`), built once per set of
+    (immutable) inputs."""
+    objs = (model, device, plan, profile, engine)
+    key = tuple(map(id, objs))
+    hit = _COSTINGS.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], objs, strict=True)):
+        return hit[1]
+    c = _costing(model, device, plan, profile, engine)
+    if len(_COSTINGS) >= _COSTINGS_KEPT:
+        _COSTINGS.pop(next(iter(_COSTINGS)))
+    _COSTINGS[key] = (objs, c)
+    return c
+
+
+def host_op(c: Costing, device: Device, batch: Batch) -> OpTime | None:
+    if c.engine is None:
+        return None
+    t = np.asarray(
+        c.engine.host_overhead_s(device.id, batch.decode_seqs + batch.prefill_seqs)
+        + np.zeros(np.shape(batch.tokens)),
+        dtype=np.float64,
+    )
+    z = np.zeros_like(t)
+    return OpTime(HOST_OP, 1, z, z, z, z, z, t)
+
+
+def time_op(
+    op: Op, prof: Roofline, device: Device, plan: ParallelPlan, comm_extra_s: float = 0.0
+) -> OpTime:
+    """Seconds of ``op`` (all its executions); ``comm_extra_s``: the engine's fixed cost
+    per collective call beyond the link model (launch, synchronization)."""
+    n = op.count
+    if op.kind == "comm":
+        if op.name == "pp_p2p_nic":  # between stages on different nodes
+            group, link = 2, link_for_group(device, scale_up_domain_size(device) + 1)
+        elif op.collective == "p2p":  # between stages of one node (one sender, one receiver)
+            node = scale_up_domain_size(device)
+            group, link = 2, link_for_group(device, min(plan.tp * plan.pp, node))
+        elif op.collective == "all_to_all":  # expert-parallel dispatch / combine
+            group, link = plan.ep, link_for_group(device, plan.ep)
+        else:  # inside one stage's tensor-parallel group
+            group, link = plan.tp, link_for_group(device, plan.tp)
+        t = collective_time_s(op.collective, op.bytes, group=group, link=link, dtype=plan.act_dtype)  # type: ignore[arg-type]
+        t = t + comm_extra_s
+        z = np.zeros_like(t)
+        return OpTime(op.name, n, z, z, z, z, n * t, n * t)
+    dtype = op.dtype if op.dtype and device.computes(op.dtype) else plan.act_dtype
+    flops = op.flops
+    if op.unpadded_flops is not None and not device.pads_gemm_rows:
+        flops = op.unpadded_flops  # no fixed row tiles (FPGA dataflow engines)
+    r = prof.times(flops, op.bytes, dtype=dtype, kernels=op.kernels)
+    z = np.zeros_like(r.total_s)
+    return OpTime(
+        op.name, n, n * flops, n * op.bytes, n * r.compute_s, n * r.memory_s, z, n * r.total_s
+    )
+
+
+def time_ops(ops: Sequence[Op], c: Costing, device: Device, plan: ParallelPlan) -> list[OpTime]:
+    """Seconds of every op of a step, in order (:func:`time_op` for a collective).
+
+    The compute ops that share a profile and a math format are timed in one call of
+    :meth:`Roofline.times` on their stacked FLOPs and bytes (a step's dozen GEMMs in one,
+    not a dozen: the elementwise arithmetic is the same, the per-call cost is paid once).
+    """
+    out: list[OpTime | None] = [None] * len(ops)
+    groups: dict[tuple[int, str], list[int]] = {}
+    for i, op in enumerate(ops):
+        if op.kind == "comm":
+            out[i] = time_op(op, c.profile(op), device, plan, c.comm_extra_s)
+        else:
+            dtype = op.dtype if op.dtype and device.computes(op.dtype) else plan.act_dtype
+            groups.setdefault((id(c.profile(op)), dtype), []).append(i)
+    for (_, dtype), idx in groups.items():
+        for i, t in zip(idx, _time_group([ops[i] for i in idx], c, device, dtype), strict=True):
+            out[i] = t
+    return [t for t in out if t is not None]
+
+
+def _time_group(ops: list[Op], c: Costing, device: Device, dtype: str) -> list[OpTime]:
+    """Compute ops of one profile and math format, timed together (all executions)."""
+    flops = [
+        o.unpadded_flops if o.unpadded_flops is not None and not device.pads_gemm_rows
+        else o.flops  # no fixed row tiles (FPGA dataflow engines)
+        for o in ops
+    ]  # fmt: skip
+    shape = np.broadcast_shapes(*(np.shape(f) for f in flops), *(np.shape(o.bytes) for o in ops))
+    col = (len(ops),) + (1,) * len(shape)
+    f = np.stack([_to(x, shape) for x in flops])
+    b = np.stack([_to(o.bytes, shape) for o in ops])
+    n = np.array([o.count for o in ops], dtype=np.float64).reshape(col)
+    kernels = np.array([o.kernels for o in ops], dtype=np.float64).reshape(col)
+    r = c.profile(ops[0]).times(f, b, dtype=dtype, kernels=kernels)
+    z = np.zeros(shape)
+    nf, nb, nc, nm, nt = (n * x for x in (f, b, r.compute_s, r.memory_s, r.total_s))
+    return [
+        OpTime(o.name, o.count, nf[j], nb[j], nc[j], nm[j], z, nt[j]) for j, o in enumerate(ops)
+    ]
+
+
+def _to(x: Arr, shape: tuple[int, ...]) -> Arr:
+    return x if np.shape(x) == shape else np.broadcast_to(x, shape)
