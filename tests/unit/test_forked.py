@@ -89,3 +89,21 @@ def test_a_job_os_error_is_the_jobs_not_a_dead_pool():
     which would run every job again serially)."""
     with pytest.raises(FileNotFoundError, match="no such input"):
         fork_map([partial(_square, 2), _os_error], 2)
+
+
+_SEEN: list[int] = []  # what meanwhile() appends in the parent
+
+
+def _pid_and_seen() -> tuple[int, int]:
+    time.sleep(0.2)  # still running when the parent's meanwhile() runs
+    return os.getpid(), len(_SEEN)
+
+
+def test_meanwhile_runs_once_in_the_parent_after_the_fork() -> None:
+    """``meanwhile`` is the parent's work while the workers compute: called once, in the
+    parent, once the workers are forked (they never see what it did)."""
+    _SEEN.clear()
+    out = fork_map([_pid_and_seen] * 4, 2, meanwhile=lambda: _SEEN.append(os.getpid()))
+    assert out is not None
+    assert len(_SEEN) == 1 and _SEEN[0] == os.getpid()
+    assert all(pid != os.getpid() and seen == 0 for pid, seen in out)

@@ -1,0 +1,97 @@
+"""perfmodel.step.costing: the grouped timing of a step's compute ops is the per-op timing,
+bit for bit, and the costing kept per instance is never another instance's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from hardware.device import load_device
+from hardware.engine import load_engine
+from perfmodel.model import load_model
+from perfmodel.plan import ParallelPlan
+from perfmodel.step.batch import Batch
+from perfmodel.step.costing import costing_of, time_op, time_ops
+from perfmodel.step.ops import layer_ops
+from perfmodel.step.time import step_time
+
+#: a mixed batch over a few shapes: prefill chunks beside decodes, one row idle
+BATCH = Batch(
+    prefill_tokens=np.array([0.0, 512.0, 3000.0]),
+    prefill_seqs=np.array([0.0, 1.0, 2.0]),
+    prefill_pairs=np.array([0.0, 131328.0, 2.3e6]),
+    prefill_kv_read=np.array([0.0, 512.0, 3000.0]),
+    decode_seqs=np.array([1.0, 40.0, 7.0]),
+    decode_context=np.array([900.0, 61000.0, 9000.0]),
+)
+
+INT8 = ParallelPlan(weight_dtype="int8", act_dtype="int8", kv_dtype="int8")  # the FPGA's math
+CASES = [  # (model, device, plan, engine): dense, GQA + TP, MoE + EP, MLA, FP8 KV, FPGA
+    ("llama-3.1-8b", "h100-sxm", ParallelPlan(), None),
+    ("llama-3.1-70b", "h100-sxm", ParallelPlan(tp=4), "vllm"),
+    ("mixtral-8x7b", "a100-sxm-80gb", ParallelPlan(tp=2, ep=2), "trtllm"),
+    ("deepseek-v3", "h200-sxm", ParallelPlan(tp=8, weight_dtype="fp8"), "sglang"),
+    ("llama-3.1-70b", "a100-sxm-80gb", ParallelPlan(tp=4, kv_dtype="fp8"), "vllm"),
+    ("llama-3.1-8b", "alveo-v80", INT8, None),
+]
+
+
+@pytest.mark.parametrize(("mid", "dev", "plan", "eng"), CASES)
+def test_grouped_timing_is_the_per_op_timing(
+    mid: str, dev: str, plan: ParallelPlan, eng: str | None
+) -> None:
+    model, device = load_model(mid), load_device(dev)
+    engine = load_engine(eng) if eng else None
+    c = costing_of(model, device, plan, None, engine)
+    ops = layer_ops(model, plan, BATCH, decode_kv_reads=c.decode_kv_reads)
+    grouped = time_ops(ops, c, device, plan)
+    assert [t.name for t in grouped] == [o.name for o in ops]
+    for t, op in zip(grouped, ops, strict=True):
+        one = time_op(op, c.profile(op), device, plan, c.comm_extra_s)
+        assert t.count == one.count
+        for f in ("flops", "bytes", "compute_s", "memory_s", "comm_s", "total_s"):
+            a, b = np.broadcast_arrays(getattr(t, f), getattr(one, f))
+            assert np.array_equal(a, b), (op.name, f)  # the same floats, not just close
+
+
+def test_fpga_times_unpadded_rows() -> None:
+    """A device without GEMM row tiles is costed on the unpadded FLOPs (grouped too)."""
+    model, device = load_model("llama-3.1-8b"), load_device("alveo-v80")
+    assert not device.pads_gemm_rows
+    c = costing_of(model, device, INT8, None, None)
+    ops = layer_ops(model, INT8, Batch.decode(1, 100))
+    t = {o.name: o for o in time_ops(ops, c, device, INT8)}
+    qkv = next(o for o in ops if o.name == "qkv_proj")
+    assert qkv.unpadded_flops is not None
+    assert float(t["qkv_proj"].flops) == float(qkv.count * qkv.unpadded_flops)
+    assert float(qkv.flops) == 16 * float(qkv.unpadded_flops)  # 1 row padded to 16
+
+
+def test_a_kept_costing_is_never_another_instances() -> None:
+    """Costings are kept by the identity of their inputs: asking with another engine (or
+    device) after the first gives that engine's step, not the kept one."""
+    model, device = load_model("llama-3.1-70b"), load_device("h100-sxm")
+    plan, b = ParallelPlan(tp=4), Batch.decode(32, 32 * 2000)
+    first = step_time(model, device, b, plan=plan, engine=load_engine("vllm"))
+    other = step_time(model, device, b, plan=plan, engine=load_engine("trtllm"))
+    again = step_time(model, device, b, plan=plan, engine=load_engine("vllm"))
+    assert float(first.total_s) != float(other.total_s)
+    assert float(again.total_s) == float(first.total_s)
+    a100 = step_time(model, load_device("a100-sxm-80gb"), b, plan=plan)
+    assert float(a100.total_s) > float(step_time(model, device, b, plan=plan).total_s)
+
+
+def test_pipeline_stages_time_as_each_alone() -> None:
+    """pp > 1 times each stage's ops grouped; the stage totals are the per-op sums."""
+    model, device = load_model("llama-3.1-70b"), load_device("h100-sxm")
+    plan = ParallelPlan(tp=2, pp=2)
+    st = step_time(model, device, BATCH, plan=plan, engine=load_engine("vllm"))
+    from perfmodel.step.time import stage_ops
+
+    c = costing_of(model, device, plan, None, load_engine("vllm"))
+    for s, stage_s in enumerate(st.stage_s):
+        ops = stage_ops(model, plan, BATCH, s, decode_kv_reads=c.decode_kv_reads)
+        total = np.zeros(3)
+        for op in ops:
+            total = total + time_op(op, c.profile(op), device, plan, c.comm_extra_s).total_s
+        assert np.array_equal(stage_s, total)
