@@ -62,8 +62,10 @@ def _layer_weight_bytes(sub: ModelSpec, plan: ParallelPlan) -> float:
     return out
 
 
+@lru_cache(maxsize=512)
 def stage_weight_bytes(model: ModelSpec, plan: ParallelPlan) -> tuple[float, ...]:
-    """Weights one device of each pipeline stage holds (formats per module)."""
+    """Weights one device of each pipeline stage holds (formats per module); a pure
+    function of the (immutable) model and plan, kept like :func:`stage_kv_layouts`."""
     subs = stage_models(model, plan.pp) if plan.pp > 1 else (model,)
     counts = stage_params(model, plan.pp)
     out = []
