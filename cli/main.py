@@ -18,6 +18,10 @@ from typing import Any
 # 262,144 atoms takes 0.4 ms on one thread and 16 ms on two contended ones, where idle
 # threads spin), and the sweep's parallelism is processes. An explicit setting wins.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+# Plain Click help and errors, not Typer's rich panels: importing rich (and the markdown
+# and syntax-highlighting modules Typer's rich layer pulls in) is ~0.1 s of every start-up,
+# 40 % of `perfmodel --help`. `TYPER_USE_RICH=1` brings the panels back.
+os.environ.setdefault("TYPER_USE_RICH", "0")
 
 import typer
 from typer import _click as click
