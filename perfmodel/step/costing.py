@@ -161,15 +161,26 @@ def time_op(
         t = t + comm_extra_s
         z = np.zeros_like(t)
         return OpTime(op.name, n, z, z, z, z, n * t, n * t)
-    dtype = op.dtype if op.dtype and device.computes(op.dtype) else plan.act_dtype
-    flops = op.flops
-    if op.unpadded_flops is not None and not device.pads_gemm_rows:
-        flops = op.unpadded_flops  # no fixed row tiles (FPGA dataflow engines)
+    dtype = _math_dtype(op, device, plan)
+    flops = _executed_flops(op, device)
     r = prof.times(flops, op.bytes, dtype=dtype, kernels=op.kernels)
     z = np.zeros_like(r.total_s)
     return OpTime(
         op.name, n, n * flops, n * op.bytes, n * r.compute_s, n * r.memory_s, z, n * r.total_s
     )
+
+
+def _math_dtype(op: Op, device: Device, plan: ParallelPlan) -> str:
+    """The op's own math format where the device computes in it, else the plan's."""
+    return op.dtype if op.dtype and device.computes(op.dtype) else plan.act_dtype
+
+
+def _executed_flops(op: Op, device: Device) -> Arr:
+    """FLOPs the kernel executes: unpadded on a device without fixed row tiles (FPGA
+    dataflow engines), else with the GEMM row-tile padding."""
+    if op.unpadded_flops is not None and not device.pads_gemm_rows:
+        return op.unpadded_flops
+    return op.flops
 
 
 def time_ops(ops: Sequence[Op], c: Costing, device: Device, plan: ParallelPlan) -> list[OpTime]:
@@ -185,8 +196,7 @@ def time_ops(ops: Sequence[Op], c: Costing, device: Device, plan: ParallelPlan) 
         if op.kind == "comm":
             out[i] = time_op(op, c.profile(op), device, plan, c.comm_extra_s)
         else:
-            dtype = op.dtype if op.dtype and device.computes(op.dtype) else plan.act_dtype
-            groups.setdefault((id(c.profile(op)), dtype), []).append(i)
+            groups.setdefault((id(c.profile(op)), _math_dtype(op, device, plan)), []).append(i)
     for (_, dtype), idx in groups.items():
         for i, t in zip(idx, _time_group([ops[i] for i in idx], c, device, dtype), strict=True):
             out[i] = t
@@ -195,11 +205,7 @@ def time_ops(ops: Sequence[Op], c: Costing, device: Device, plan: ParallelPlan) 
 
 def _time_group(ops: list[Op], c: Costing, device: Device, dtype: str) -> list[OpTime]:
     """Compute ops of one profile and math format, timed together (all executions)."""
-    flops = [
-        o.unpadded_flops if o.unpadded_flops is not None and not device.pads_gemm_rows
-        else o.flops  # no fixed row tiles (FPGA dataflow engines)
-        for o in ops
-    ]  # fmt: skip
+    flops = [_executed_flops(o, device) for o in ops]
     shape = np.broadcast_shapes(*(np.shape(f) for f in flops), *(np.shape(o.bytes) for o in ops))
     col = (len(ops),) + (1,) * len(shape)
     f = np.stack([_to(x, shape) for x in flops])
