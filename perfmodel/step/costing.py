@@ -124,7 +124,7 @@ def costing_of(
         return hit[1]
     c = _costing(model, device, plan, profile, engine)
     if len(_COSTINGS) >= _COSTINGS_KEPT:
-        _COSTINGS.pop(next(iter(_COSTINGS)))
+        _COSTINGS.clear()  # one atomic step (threads of a sweep may cost steps at once)
     _COSTINGS[key] = (objs, c)
     return c
 

@@ -95,3 +95,14 @@ def test_pipeline_stages_time_as_each_alone() -> None:
         for op in ops:
             total = total + time_op(op, c.profile(op), device, plan, c.comm_extra_s).total_s
         assert np.array_equal(stage_s, total)
+
+
+def test_the_kept_costings_stay_bounded() -> None:
+    """Past :data:`_COSTINGS_KEPT` instances the memo starts again: bounded, same steps."""
+    from perfmodel.step import costing
+
+    model, device, b = load_model("llama-3.1-8b"), load_device("h100-sxm"), Batch.decode(8, 8000)
+    ref = float(step_time(model, device, b, plan=ParallelPlan()).total_s)
+    for _ in range(costing._COSTINGS_KEPT + 5):  # equal plans, distinct objects
+        assert float(step_time(model, device, b, plan=ParallelPlan()).total_s) == ref
+        assert len(costing._COSTINGS) <= costing._COSTINGS_KEPT
