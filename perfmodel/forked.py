@@ -17,7 +17,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 T = TypeVar("T")
-R = TypeVar("R")
 
 
 def _call(fn: Callable[[], Any]) -> Any:
@@ -98,15 +97,3 @@ def fork_map(
         gc.unfreeze()
     ex.shutdown(wait=True)
     return out
-
-
-def beside(job: Callable[[], T], work: Callable[[], R]) -> tuple[T, R]:
-    """``(job(), work())`` with ``job`` in a forked process while ``work`` runs here: two
-    independent parts of one answer on two cores. Serially (``work`` first) when no
-    process can be had; an exception of either kills the worker and propagates."""
-    done: list[R] = []
-    out = fork_map([job], 1, meanwhile=lambda: done.append(work()))
-    if out is None:
-        w = done[0] if done else work()
-        return job(), w
-    return out[0], done[0]

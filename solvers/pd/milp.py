@@ -25,20 +25,17 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Mapping, Sequence
-from functools import partial
 from typing import Any
 
 from hardware.device import Device
 from perfmodel.errors import InfeasibleError, SolverError, SpecError
-from perfmodel.forked import beside
 from perfmodel.model import ModelSpec
 from perfmodel.pd.config import PhaseGoodput
 from perfmodel.pd.deployment import Deployment, Pool
 from perfmodel.workload.arrivals import check_rate
-from perfmodel.workload.lengths import LengthDistribution
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
-from solvers.pd.colocated import Colocated, colocated_baseline
+from solvers.pd.colocated import colocated_baseline
 from solvers.pd.enumerate import (
     EngineSpec,
     PhaseOptions,
@@ -172,25 +169,36 @@ def plan_pd(
     t0 = time.perf_counter()
     decode_devices = list(decode_devices or prefill_devices)
     lengths = workload.lengths
-
-    def disaggregated() -> tuple[PhaseOptions, dict[tuple[Any, ...], int], str, str]:
-        return _disaggregated(
-            model, lengths, slo, rate_per_s, prefill_devices, decode_devices, max_gpus,
-            dict(dtype=dtype, kv_dtype=kv_dtype, decode_batch_caps=decode_batch_caps,
-                 placement=placement, profiles=profiles, kv_capacity_tokens=kv_capacity_tokens,
-                 ep=ep, dp=dp, engine=engine),
-            {"prices": prices, "time_limit_s": time_limit_s},
-        )  # fmt: skip
-
-    colo: Colocated | None = None
-    if baseline:  # the colocated baseline in a second process while the PD plan is found
-        job = partial(
-            colocated_baseline, model, workload, slo,
-            devices=prefill_devices, dtype=dtype, kv_dtype=kv_dtype, engine=engine,
-        )  # fmt: skip
-        colo, (opts, sol, solver, status) = beside(job, disaggregated)
-    else:
-        opts, sol, solver, status = disaggregated()
+    opts = evaluate_options(
+        model,
+        lengths,
+        slo,
+        prefill_devices=prefill_devices,
+        decode_devices=decode_devices,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
+        decode_batch_caps=decode_batch_caps,
+        placement=placement,
+        profiles=profiles,
+        kv_capacity_tokens=kv_capacity_tokens,
+        ep=ep,
+        dp=dp,
+        engine=engine,
+    )
+    check_feasible(opts, slo)
+    kw = {"prices": prices, "time_limit_s": time_limit_s}
+    sol, solver, status = _solve(opts, rate_per_s, max_gpus=max_gpus, **kw)  # type: ignore[arg-type]
+    if status == "infeasible":
+        unl, _, st2 = _solve(opts, rate_per_s, max_gpus=None, **kw)  # type: ignore[arg-type]
+        need = (
+            sum(v * _cfg(opts, key).config.gpus for key, v in unl.items())
+            if st2 != "infeasible"
+            else None
+        )
+        raise InfeasibleError(
+            f"--max-gpus {max_gpus} is too few for {rate_per_s:g} req/s (binding constraint: "
+            f"gpu_limit); the cheapest plan needs {need} GPUs -- raise the limit or the SLOs"
+        )
     return _result(
         model,
         workload,
@@ -202,45 +210,13 @@ def plan_pd(
         status=status,
         max_gpus=max_gpus,
         prices=prices,
-        colo=colo,
+        baseline=baseline,
+        devices=prefill_devices,
+        dtype=dtype,
+        kv_dtype=kv_dtype,
         t0=t0,
+        engine=engine,
     )
-
-
-def _disaggregated(
-    model: ModelSpec,
-    lengths: LengthDistribution,
-    slo: SLO,
-    rate_per_s: float,
-    prefill_devices: Sequence[Device],
-    decode_devices: Sequence[Device],
-    max_gpus: int | None,
-    options: dict[str, Any],
-    kw: dict[str, Any],
-) -> tuple[PhaseOptions, dict[tuple[Any, ...], int], str, str]:
-    """The PD options and the MILP's solution; InfeasibleError names the binding cap."""
-    opts = evaluate_options(
-        model,
-        lengths,
-        slo,
-        prefill_devices=prefill_devices,
-        decode_devices=decode_devices,
-        **options,
-    )
-    check_feasible(opts, slo)
-    sol, solver, status = _solve(opts, rate_per_s, max_gpus=max_gpus, **kw)
-    if status == "infeasible":
-        unl, _, st2 = _solve(opts, rate_per_s, max_gpus=None, **kw)
-        need = (
-            sum(v * _cfg(opts, key).config.gpus for key, v in unl.items())
-            if st2 != "infeasible"
-            else None
-        )
-        raise InfeasibleError(
-            f"--max-gpus {max_gpus} is too few for {rate_per_s:g} req/s (binding constraint: "
-            f"gpu_limit); the cheapest plan needs {need} GPUs -- raise the limit or the SLOs"
-        )
-    return opts, sol, solver, status
 
 
 def _cfg(opts: PhaseOptions, key: tuple[Any, ...]) -> PhaseGoodput:
@@ -260,8 +236,12 @@ def _result(
     status: str,
     max_gpus: int | None,
     prices: dict[str, float] | None,
-    colo: Colocated | None,
+    baseline: bool,
+    devices: Sequence[Device],
+    dtype: str,
+    kv_dtype: str,
     t0: float,
+    engine: EngineSpec = None,
 ) -> PDPlan:
     pre: list[Allocation] = []
     dec: list[Allocation] = []
@@ -301,12 +281,17 @@ def _result(
         binding = "kv_link_egress"
     rows = [Constraint(r.name, r.required, r.provided, r.slack, r.name == tight.name) for r in rows]
     capacity = min(cap_p, cap_d, cap_e, cap_i)
+    colo = None
     gain = colo_gpus = fluid_gain = None
     fluid = fluid_optimum(opts).per_gpu_rate_per_s
-    if colo is not None and colo.feasible:
-        colo_gpus = math.ceil(rate / colo.goodput_per_instance_per_s - 1e-9) * colo.tp
-        gain = colo_gpus / gpus
-        fluid_gain = fluid / colo.per_gpu_rate_per_s
+    if baseline:
+        colo = colocated_baseline(
+            model, workload, slo, devices=devices, dtype=dtype, kv_dtype=kv_dtype, engine=engine
+        )
+        if colo.feasible:
+            colo_gpus = math.ceil(rate / colo.goodput_per_instance_per_s - 1e-9) * colo.tp
+            gain = colo_gpus / gpus
+            fluid_gain = fluid / colo.per_gpu_rate_per_s
     dep = Deployment(
         model=model,
         prefill=tuple(Pool(a.config, a.instances, a.goodput_per_instance_per_s) for a in pre),

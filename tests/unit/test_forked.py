@@ -9,7 +9,7 @@ from functools import partial
 
 import pytest
 
-from perfmodel.forked import beside, fork_map
+from perfmodel.forked import fork_map
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
@@ -107,34 +107,3 @@ def test_meanwhile_runs_once_in_the_parent_after_the_fork() -> None:
     assert out is not None
     assert len(_SEEN) == 1 and _SEEN[0] == os.getpid()
     assert all(pid != os.getpid() and seen == 0 for pid, seen in out)
-
-
-def _slow_square(x: int) -> int:
-    time.sleep(5.0)
-    return x * x
-
-
-def _pid() -> int:
-    return os.getpid()
-
-
-def test_beside_runs_the_job_elsewhere_and_the_work_here() -> None:
-    job_pid, work_pid = beside(_pid, _pid)
-    assert work_pid == os.getpid() != job_pid
-    assert beside(partial(_square, 3), lambda: "here") == (9, "here")
-
-
-def test_beside_is_serial_for_a_job_it_cannot_send() -> None:
-    order: list[str] = []
-    out = beside(lambda: order.append("job") or 1, lambda: order.append("work") or 2)
-    assert out == (1, 2) and order == ["work", "job"]  # the work first, then the job
-
-
-def test_an_error_of_the_work_stops_the_job() -> None:
-    def fail() -> int:
-        raise ValueError("work failed")
-
-    t0 = time.perf_counter()
-    with pytest.raises(ValueError, match="work failed"):
-        beside(partial(_slow_square, 2), fail)
-    assert time.perf_counter() - t0 < 3.0  # the 5 s job was killed, not waited for

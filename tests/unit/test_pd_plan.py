@@ -465,18 +465,3 @@ def test_cli_profile_errors_are_one_line(extra: list[str], message: str) -> None
     r = CliRunner().invoke(app, _ds_cli("--rate-per-s", "4", *extra))
     assert r.exit_code == 2, r.output
     assert message in r.output and len(r.output.strip().splitlines()) == 1
-
-
-def test_the_baseline_found_beside_the_plan_is_the_baseline_alone() -> None:
-    """plan_pd computes the colocated baseline in a second process while it finds the PD
-    plan (perfmodel.forked.beside): the same baseline, to the last bit, as asked alone."""
-    from solvers.pd.colocated import colocated_baseline
-
-    w = Workload("sharegpt", planner_lengths("sharegpt", 16))
-    slo = SLO(0.5, 0.1)
-    p = plan_pd(OPT, w, slo, 10.0, prefill_devices=[A100], dtype="fp16", kv_dtype="fp16")
-    alone = colocated_baseline(OPT, w, slo, devices=[A100], dtype="fp16", kv_dtype="fp16")
-    assert p.colocated is not None
-    assert p.colocated.goodput_per_instance_per_s == alone.goodput_per_instance_per_s
-    assert (p.colocated.device, p.colocated.tp) == (alone.device, alone.tp)
-    assert p.gain == p.colocated_gpus / p.gpus
