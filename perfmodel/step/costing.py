@@ -69,14 +69,13 @@ class Costing:
         return self.attention if op.name.startswith("attention") else self.gemm
 
 
-def _costing(
-    model: ModelSpec,
-    device: Device,
-    plan: ParallelPlan,
-    profile: Roofline | None,
-    engine: Engine | None,
-) -> Costing:
+#: what a costing is built from: (model, device, plan, profile, engine)
+_Inputs = tuple[ModelSpec, Device, ParallelPlan, Roofline | None, Engine | None]
+
+
+def _costing(inputs: _Inputs) -> Costing:
     """Without an engine: ``profile`` (default roofline) for every op, shared K/V reads."""
+    model, device, plan, profile, engine = inputs
     if engine is None:
         prof = profile or Roofline(device)
         return Costing(prof, prof)
@@ -104,7 +103,7 @@ def _costing(
 
 #: costings by the identities of (model, device, plan, profile, engine), the objects kept
 #: with them (a search costs thousands of steps of one instance)
-_COSTINGS: dict[tuple[int, ...], tuple[tuple[object, ...], Costing]] = {}
+_COSTINGS: dict[tuple[int, ...], tuple[_Inputs, Costing]] = {}
 _COSTINGS_KEPT = 64
 
 
@@ -117,12 +116,12 @@ def costing_of(
 ) -> Costing:
     """How a step of these inputs is costed (:func:`_costing`), built once per set of
     (immutable) inputs."""
-    objs = (model, device, plan, profile, engine)
+    objs: _Inputs = (model, device, plan, profile, engine)
     key = tuple(map(id, objs))
     hit = _COSTINGS.get(key)
     if hit is not None and all(a is b for a, b in zip(hit[0], objs, strict=True)):
         return hit[1]
-    c = _costing(model, device, plan, profile, engine)
+    c = _costing(objs)
     if len(_COSTINGS) >= _COSTINGS_KEPT:
         _COSTINGS.clear()  # one atomic step (threads of a sweep may cost steps at once)
     _COSTINGS[key] = (objs, c)
