@@ -65,12 +65,9 @@ def _solve_all(
     # the largest models first (longest-processing-time order: the last solve to start is
     # a small one, so both threads finish close together)
     order = sorted(range(len(problems)), key=lambda i: -len(problems[i].options))
-    out: list[FleetSolution | None] = [None] * len(problems)
     with ThreadPoolExecutor(min(workers, len(problems))) as ex:
         futures = {i: ex.submit(solve_fleet, problems[i], time_limit_s=time_limit_s) for i in order}
-        for i, f in futures.items():
-            out[i] = f.result()
-    return [s for s in out if s is not None]
+        return [futures[i].result() for i in range(len(problems))]
 
 
 def solve_fleets(
