@@ -27,6 +27,10 @@ import typer
 from typer import _click as click
 from typer.core import Abort, TyperGroup
 
+from cli.coerce import install as _plain_coercion
+
+_plain_coercion()  # option values without pydantic when plain (cli/coerce.py)
+
 _TYPE_WORDS = {
     "int_parsing": "is not an integer",
     "int_from_float": "is not an integer",
