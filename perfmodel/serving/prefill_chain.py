@@ -61,7 +61,7 @@ from perfmodel.serving.servemix import RequestMoments
 from perfmodel.serving.stationary import stationary
 from perfmodel.step.batch import Batch
 from perfmodel.step.instance import Instance
-from perfmodel.workload.lengths import LengthDistribution
+from perfmodel.workload.lengths import LengthDistribution, distinct_weights
 
 Arr = NDArray[np.float64]
 
@@ -107,8 +107,7 @@ class PromptLaw:
 
 def prompt_law(lengths: LengthDistribution) -> PromptLaw:
     """The marginal law of the input lengths of ``lengths``."""
-    u, inv = np.unique(lengths.input_tokens, return_inverse=True)
-    w = np.bincount(inv, weights=lengths.weights).astype(np.float64)
+    u, w = distinct_weights(lengths.input_tokens, lengths.weights)
     s = u.astype(np.float64)
     mean = float(w @ s)
     return PromptLaw(u, w, mean, float(w @ (s * s)) / mean)

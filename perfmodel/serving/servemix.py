@@ -34,7 +34,7 @@ from perfmodel.serving.classic_queues import lifetime_kv_token_steps, prefill_kv
 from perfmodel.serving.poisson import poisson_ppf
 from perfmodel.step.batch import Batch
 from perfmodel.step.instance import Instance
-from perfmodel.workload.lengths import LengthDistribution
+from perfmodel.workload.lengths import LengthDistribution, distinct_weights
 
 Arr = NDArray[np.float64]
 PROMPT_BINS = 48  # prompt-length atoms kept by the per-prompt iteration model
@@ -120,8 +120,7 @@ def decode_batch(requests_per_step: ArrayLike, m: RequestMoments) -> Batch:
 
 def compress_atoms(values: NDArray[np.int64], weights: Arr, bins: int) -> tuple[Arr, Arr]:
     """At most ``bins`` (value, weight) atoms: probability-weighted means of quantile bins."""
-    u, inv = np.unique(values, return_inverse=True)
-    w = np.bincount(inv, weights=weights)
+    u, w = distinct_weights(values, weights)
     if u.size <= bins:
         return u.astype(np.float64), w.astype(np.float64)
     cdf = np.cumsum(w) - 0.5 * w

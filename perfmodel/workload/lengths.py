@@ -50,6 +50,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -60,6 +61,21 @@ Arr = NDArray[np.float64]
 
 
 IntArr = NDArray[np.int64]
+
+
+def distinct_weights(values: ArrayLike, weights: Arr) -> tuple[NDArray[Any], Arr]:
+    """The distinct values of the integers ``values`` (ascending) and the summed
+    ``weights`` of each: ``np.unique`` then ``np.bincount`` of the inverse. Token counts
+    (non-negative, at most a few times as many as the atoms) are counted by value in one
+    ``bincount`` instead, without the sort (a preset's 262,144 atoms: ~1 ms, not ~20 ms);
+    the weights of each value are added in the same order, so the sums are the same."""
+    v = np.asarray(values)
+    if v.dtype.kind in "iu" and v.size and v.min() >= 0 and v.max() < 4 * v.size + 65536:
+        present = np.flatnonzero(np.bincount(v))
+        summed = np.bincount(v, weights=weights)[present]
+        return present.astype(v.dtype), np.asarray(summed, dtype=np.float64)
+    u, inv = np.unique(v, return_inverse=True)
+    return u, np.asarray(np.bincount(inv, weights=weights), dtype=np.float64)
 
 
 PARAMETRIC_ATOMS = 512

@@ -129,3 +129,34 @@ def test_sampling_matches_atoms() -> None:
     assert o.mean() == pytest.approx(ln.mean_output_tokens, rel=0.02)
     f = fixed_lengths(10, 3)
     assert f.max_total_tokens == 13
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_distinct_weights_are_unique_and_bincount_bit_for_bit(seed: int) -> None:
+    """The one-pass count by value gives np.unique's values and the same float sums
+    (the weights of a value added in the same order), on token counts and otherwise."""
+    from perfmodel.workload.lengths import distinct_weights
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 4000))
+    cases = [
+        rng.integers(0, int(rng.integers(1, 20000)), n),  # token counts: the fast path
+        rng.integers(-50, 50, n),  # negative: np.unique
+        rng.integers(0, 10**9, n),  # sparse and large: np.unique
+    ]
+    w = rng.random(n)
+    for v in cases:
+        u_ref, inv = np.unique(v, return_inverse=True)
+        u, got = distinct_weights(v, w)
+        assert u.dtype == u_ref.dtype
+        assert np.array_equal(u, u_ref)
+        assert np.array_equal(got, np.bincount(inv, weights=w))
+
+
+def test_distinct_weights_of_a_preset() -> None:
+    from perfmodel.workload.lengths import distinct_weights
+
+    lw = preset("chat").lengths
+    u, w = distinct_weights(lw.input_tokens, lw.weights)
+    assert u.size == 512 and np.all(np.diff(u) > 0)  # 512 input atoms, ascending
+    assert w.sum() == pytest.approx(1.0, rel=1e-12)
