@@ -68,6 +68,22 @@ class TaggedRequest:
         return (cum[k] + extra * lim + excess) / n
 
 
+def _mirrored_transform(
+    rates: Arr, after: Arr, v: Arr, before_hat: NDArray[np.complex128], F: NDArray[np.complex128]
+) -> NDArray[np.complex128]:
+    """``cp_transform(rates, F)`` for ``rates = λ·τ_p ⊗ (1 − v)``, reusing ``before_hat``
+    (``λ·τ_p ⊗ v``): the Gauss–Legendre positions are symmetric, so where ``1 − v_j`` is
+    exactly ``v_{V−1−j}`` column ``j`` has the same rates as column ``V−1−j`` of
+    ``before_hat``, bit for bit, and is taken from it (three of the four columns at
+    ``V_NODES = 4``); the other columns are computed."""
+    same = after == v[::-1]
+    out = np.empty_like(before_hat)
+    out[:, same] = before_hat[:, ::-1][:, same]
+    if not same.all():
+        out[:, ~same] = cp_transform(rates[:, ~same], F)
+    return out
+
+
 def tagged_request(
     chain: BacklogChain, *, decode_step_s: Arr, max_steps: int, rel_tol: float = 1e-4
 ) -> TaggedRequest:
@@ -94,8 +110,9 @@ def tagged_request(
     # the arrivals before and after the request in its iteration, CP(λ·v·τ_p) and
     # CP(λ·(1 − v)·τ_p), as their transforms exp(r·(F − 1)) on the convolution grid (one
     # iteration's arrivals stay far below its 2n + |f| points: nothing wraps around)
-    A_hat = cp_transform(lam * np.outer(tau_p, 1 - v), F)
+    rate_pv = lam * np.outer(tau_p, 1 - v)  # (G+1, V)
     before_hat = cp_transform(lam * np.outer(tau_p, v), F)
+    A_hat = _mirrored_transform(rate_pv, 1 - v, v, before_hat, F)
     Y = np.fft.irfft(L_hat[:, None, :] * before_hat * F, size, axis=2)
     Y = np.maximum(Y[:, :, :n], 0.0) * wv[None, :, None]
     # the request's last prefill iteration is the m-th from the next one, m = max(1, ⌈y/G⌉)
@@ -112,7 +129,6 @@ def tagged_request(
     y1 = np.where(one[None, None, :], Y, 0.0)
     z1 = np.fft.irfft((np.fft.rfft(y1, size, axis=2) * A_hat).sum(axis=(0, 1)), size)
     zs = [_lump(z1, n)]
-    rate_pv = lam * np.outer(tau_p, 1 - v)  # (G+1, V)
     top = int(np.nonzero(mass_m > 1e-9 * total)[0].max(initial=1))
     if top >= 2:
         ms = np.arange(2, top + 1)

@@ -12,3 +12,26 @@ def test_gauss_legendre_is_numpys(n: int) -> None:
     ref_x, ref_w = np.polynomial.legendre.leggauss(n)
     np.testing.assert_array_equal(x, ref_x)
     np.testing.assert_array_equal(w, ref_w)
+
+
+def test_the_after_transform_reuses_mirrored_columns_bit_for_bit() -> None:
+    """``_mirrored_transform`` equals ``cp_transform`` of the after-arrival rates exactly:
+    the columns whose ``1 − v_j`` is exactly ``v_{V−1−j}`` (three of four at V_NODES = 4)
+    are taken from the before-arrival transform, the others computed."""
+    from perfmodel.serving.prefill_chain import V_NODES, cp_transform
+    from perfmodel.serving.tagged import _mirrored_transform, gauss_legendre
+
+    rng = np.random.default_rng(3)
+    f = rng.random(60)
+    F = np.fft.rfft(f / f.sum(), 256)
+    tau_p = np.sort(rng.random(33)) * 0.05
+    lam = 7.3
+    nodes, _ = gauss_legendre(V_NODES)
+    for v in ((nodes + 1) / 2, np.sort(rng.random(5))):  # the nodes; positions not mirrored
+        after = 1 - v
+        before_hat = cp_transform(lam * np.outer(tau_p, v), F)
+        rates = lam * np.outer(tau_p, after)
+        got = _mirrored_transform(rates, after, v, before_hat, F)
+        assert np.array_equal(got, cp_transform(rates, F))
+    v = (nodes + 1) / 2
+    assert int(((1 - v) == v[::-1]).sum()) == 3  # what the reuse saves at V_NODES = 4
