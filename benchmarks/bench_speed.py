@@ -59,6 +59,20 @@ def uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
+def speed_index(rounds: int = 5) -> str:
+    """The machine's speed now: the CPU seconds of a fixed pure-Python loop (3·10⁶ integer
+    multiply-adds), best and median of ``rounds``. A shared VM's load average can read
+    idle while this moves by 1.7x within minutes (0.28-0.50 s seen on the 2-core VM of
+    2026-12-02): quote the figures below with it."""
+    runs = []
+    for _ in range(rounds):
+        t, acc = time.process_time(), 0
+        for i in range(3_000_000):
+            acc += i * i
+        runs.append(time.process_time() - t)
+    return f"speed index {min(runs):.3f} / {statistics.median(runs):.3f} s (best / median)"
+
+
 def timed(cmd: list[str], *, env: dict[str, str] | None = None) -> tuple[float, float, int]:
     """(wall s, CPU s user+system, exit code) of a child process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -308,7 +322,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--aiconfigurator", help="aiconfigurator 0.12.0 executable (own venv)")
     a = ap.parse_args()
-    print("load:", uptime())
+    print("load:", uptime(), "|", speed_index())
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         if "startup" in a.only:
@@ -325,7 +339,7 @@ def main() -> None:
             plan(max(a.repeats // 2, 1), tmp)
         if "phase" in a.only or "phase-lengths" in a.only:
             phase(max(a.repeats // 2, 1), tmp, lengths20="phase-lengths" in a.only)
-    print("\nload:", uptime())
+    print("\nload:", uptime(), "|", speed_index())
 
 
 if __name__ == "__main__":

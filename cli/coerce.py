@@ -1,19 +1,19 @@
 """Option values converted without pydantic when they are plain (the usual case).
 
-Typer >= 0.26 converts every option value through a pydantic ``TypeAdapter``: importing
-pydantic and building one adapter per option is ~0.1 s of every command's start-up
-(0.09 s import + 0.02 s for the 20 adapters of ``perfmodel plan``), a fifth of
-``perfmodel capacity``. Every option of this CLI is a ``str``, ``int``, ``float``,
-``bool``, ``Path`` or ``list[str]`` without ``min``/``max``/``parser``; for those,
-:func:`install` gives Typer a conversion that takes the value itself when it is already
-of the type or is a plain literal — an ASCII integer (``8192``, ``-3``), a decimal
-number (``0.5``, ``1e3``), any string, a path — and hands every other value (`` 3 ``,
-``3.0`` for an int, ``1_000``, ``inf``, a parser, a constrained number, an enum) to
-Typer's own pydantic conversion, built only then. The values taken are the ones pydantic
-gives (``int`` and ``float`` of an ASCII literal parse the same in Python and in
-pydantic-core); a value handed over gets Typer's answer and error, so the CLI accepts
-and refuses what it did before. ``tests/unit/test_cli_coerce.py`` checks both against
-pydantic value by value.
+Typer 0.29 (the newest release) converts every option value through a pydantic
+``TypeAdapter``: importing pydantic and building one adapter per option is ~0.1 s of
+every command's start-up (0.09 s import + 0.02 s for the 20 adapters of ``perfmodel
+plan``), a fifth of ``perfmodel capacity``. Every option of this CLI is a ``str``,
+``int``, ``float``, ``bool``, ``Path`` or ``list[str]`` without
+``min``/``max``/``parser``; for those, :func:`install` gives Typer a conversion that
+takes the value itself when it is already of the type or is a plain literal — an ASCII
+integer (``8192``, ``-3``), a decimal number (``0.5``, ``1e3``), any string, a path —
+and hands every other value (`` 3 ``, ``3.0`` for an int, ``1_000``, ``inf``, a parser,
+a constrained number, an enum) to Typer's own pydantic conversion, built only then. The
+values taken are the ones pydantic gives (``int`` and ``float`` of an ASCII literal
+parse the same in Python and in pydantic-core); a value handed over gets Typer's answer
+and error, so the CLI accepts and refuses what it did before.
+``tests/unit/test_cli_coerce.py`` checks both against pydantic value by value.
 
 Typer's conversion layer is private (``typer.core._TyperParameter``,
 ``typer._coercion.RuntimeParam``): when it is not there — an older Typer, which converts

@@ -116,7 +116,7 @@ def test_bad_values_get_typers_errors(args: list[str], words: str) -> None:
 
 def test_the_cli_converts_plain_options_without_pydantic() -> None:
     """``perfmodel plan`` parses its 26 options (and refuses one) with no pydantic import:
-    ~0.08 s of every command's start-up under Typer >= 0.26."""
+    ~0.08 s of every command's start-up under Typer 0.29."""
     import subprocess
     import sys
 
