@@ -106,3 +106,33 @@ def test_the_kept_costings_stay_bounded() -> None:
     for _ in range(costing._COSTINGS_KEPT + 5):  # equal plans, distinct objects
         assert float(step_time(model, device, b, plan=ParallelPlan()).total_s) == ref
         assert len(costing._COSTINGS) <= costing._COSTINGS_KEPT
+
+
+def test_an_instance_keeps_its_iteration_times_by_batch_contents() -> None:
+    """``Instance.iteration_s`` is kept by the batch's bytes: the same batch again gives
+    the same times bit for bit (a copy: changing it changes nothing kept), a batch
+    differing in one value or in dtype is computed afresh, and the memo stays bounded."""
+    from dataclasses import replace
+
+    from perfmodel.step import instance as inst_mod
+    from perfmodel.step.instance import Instance
+
+    inst = Instance(load_model("llama-3.1-8b"), load_device("h100-sxm"))
+
+    def mixed(prompt: list[float]) -> Batch:
+        p, d = np.array(prompt), np.array([1.0, 8.0, 64.0])
+        return Batch(p, np.ones(3), p * (p + 1) / 2, p, d, d * 700.0)
+
+    b = mixed([0.0, 512.0, 2048.0])
+    first = inst.iteration_s(b)
+    assert np.array_equal(first, inst._iteration_s(b))
+    first[:] = -1.0  # the caller's copy
+    again = inst.iteration_s(b)
+    assert np.array_equal(again, inst._iteration_s(b)) and again.min() > 0
+    other = mixed([0.0, 512.0, 2049.0])
+    assert inst.iteration_s(other)[2] != again[2]
+    assert len(inst._iterations) == 2
+    assert replace(inst, engine_spec="x")._iterations == {}  # a new instance: its own memo
+    for k in range(inst_mod.ITERATIONS_KEPT + 5):
+        inst.iteration_s(Batch.decode(np.array([1.0 + k]), np.array([100.0])))
+    assert len(inst._iterations) <= inst_mod.ITERATIONS_KEPT
