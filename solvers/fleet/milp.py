@@ -187,11 +187,15 @@ def prune_dominated(
     (:func:`_dominates`): the optimum is unchanged, the MILP smaller."""
     keep: list[FleetOption] = []
     idx = {id(o): i for i, o in enumerate(options)}
+    # only options of the same role and PD class can dominate one another
+    peers: dict[tuple[str, str], list[FleetOption]] = {}
+    for o in options:
+        peers.setdefault((o.role, o.pd_class), []).append(o)
     for b in options:
         if any(
             _dominates(a, b, free_types)
             and not (_dominates(b, a, free_types) and idx[id(b)] < idx[id(a)])
-            for a in options
+            for a in peers[(b.role, b.pd_class)]
         ):
             continue
         keep.append(b)
