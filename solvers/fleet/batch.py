@@ -33,12 +33,13 @@ _PROVEN = ("optimal", "infeasible")
 
 @cache
 def _solver_version() -> str:
-    """The MILP code (this package's model and the solver set-up) and the solver versions."""
+    """The MILP code (this package's model, its pruning and the solver set-up) and the
+    solver versions."""
     import importlib.metadata as md
 
     h = hashlib.sha256()
     root = Path(__file__).resolve().parents[1]
-    for f in (root / "fleet/milp.py", root / "pulp_solver.py"):
+    for f in (root / "fleet/milp.py", root / "fleet/prune.py", root / "pulp_solver.py"):
         h.update(f.read_bytes())
     for dist in ("pulp", "highspy"):
         try:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from solvers.fleet.milp import FleetOption, _dominates, prune_dominated
+from solvers.fleet.milp import FleetOption
+from solvers.fleet.prune import _dominates, prune_dominated
 
 
 def _all_pairs(options: tuple[FleetOption, ...], free: frozenset[str]) -> tuple[FleetOption, ...]:
