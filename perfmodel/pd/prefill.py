@@ -65,23 +65,26 @@ def mg1_wait_tail(rate_per_s: float, service_s: Arr, weights: Arr) -> tuple[floa
         return 0.0, 0.0, math.inf
     smax = float(service_s.max())
 
-    def f(g: float) -> float:
-        return lam * (float(np.dot(weights, np.exp(g * service_s))) - 1.0) - g
+    def f(g: float) -> tuple[float, float]:
+        """``f(g) = λ(E[e^{gS}] − 1) − g`` and ``f'(g) = λE[S·e^{gS}] − 1`` (one exp)."""
+        e = np.exp(g * service_s)
+        return lam * (float(np.dot(weights, e)) - 1.0) - g, lam * float(
+            np.dot(weights, service_s * e)
+        ) - 1.0
 
     hi = 1.0 / smax
-    while f(hi) <= 0:
+    while f(hi)[0] <= 0:
         hi *= 2.0
     # f is convex with f(0) = 0 and f'(0) = ρ − 1 < 0: Newton from ``hi`` (f > 0) falls
     # monotonically onto the root γ, to the last bits (scipy's brentq: ~0.15 s of import)
     gamma = hi
     for _ in range(200):
-        e = np.exp(gamma * service_s)
-        f_g = lam * (float(np.dot(weights, e)) - 1.0) - gamma  # f(gamma), e reused
-        step = f_g / (lam * float(np.dot(weights, service_s * e)) - 1.0)
+        f_g, slope = f(gamma)
+        step = f_g / slope
         if not step > 4e-16 * gamma:
             break
         gamma -= step
-    deriv = lam * float(np.dot(weights, service_s * np.exp(gamma * service_s))) - 1.0
+    deriv = f(gamma)[1]
     c = (1.0 - rho) / deriv if deriv > 0 else rho
     return rho, c, gamma
 

@@ -160,13 +160,7 @@ def time_op(
         t = t + comm_extra_s
         z = np.zeros_like(t)
         return OpTime(op.name, n, z, z, z, z, n * t, n * t)
-    dtype = _math_dtype(op, device, plan)
-    flops = _executed_flops(op, device)
-    r = prof.times(flops, op.bytes, dtype=dtype, kernels=op.kernels)
-    z = np.zeros_like(r.total_s)
-    return OpTime(
-        op.name, n, n * flops, n * op.bytes, n * r.compute_s, n * r.memory_s, z, n * r.total_s
-    )
+    return _time_group([op], prof, device, _math_dtype(op, device, plan))[0]
 
 
 def _math_dtype(op: Op, device: Device, plan: ParallelPlan) -> str:
@@ -197,13 +191,15 @@ def time_ops(ops: Sequence[Op], c: Costing, device: Device, plan: ParallelPlan) 
         else:
             groups.setdefault((id(c.profile(op)), _math_dtype(op, device, plan)), []).append(i)
     for (_, dtype), idx in groups.items():
-        for i, t in zip(idx, _time_group([ops[i] for i in idx], c, device, dtype), strict=True):
+        group = [ops[i] for i in idx]
+        for i, t in zip(idx, _time_group(group, c.profile(group[0]), device, dtype), strict=True):
             out[i] = t
     return [t for t in out if t is not None]
 
 
-def _time_group(ops: list[Op], c: Costing, device: Device, dtype: str) -> list[OpTime]:
-    """Compute ops of one profile and math format, timed together (all executions)."""
+def _time_group(ops: list[Op], prof: Roofline, device: Device, dtype: str) -> list[OpTime]:
+    """Compute ops of one profile and math format, timed together (all executions): the
+    one place a compute op's time is formed (:func:`time_op` times one op as a group)."""
     flops = [_executed_flops(o, device) for o in ops]
     shape = np.broadcast_shapes(*(np.shape(f) for f in flops), *(np.shape(o.bytes) for o in ops))
     col = (len(ops),) + (1,) * len(shape)
@@ -211,7 +207,7 @@ def _time_group(ops: list[Op], c: Costing, device: Device, dtype: str) -> list[O
     b = np.stack([_to(o.bytes, shape) for o in ops])
     n = np.array([o.count for o in ops], dtype=np.float64).reshape(col)
     kernels = np.array([o.kernels for o in ops], dtype=np.float64).reshape(col)
-    r = c.profile(ops[0]).times(f, b, dtype=dtype, kernels=kernels)
+    r = prof.times(f, b, dtype=dtype, kernels=kernels)
     z = np.zeros(shape)
     nf, nb, nc, nm, nt = (n * x for x in (f, b, r.compute_s, r.memory_s, r.total_s))
     return [

@@ -136,3 +136,22 @@ def test_an_instance_keeps_its_iteration_times_by_batch_contents() -> None:
     for k in range(inst_mod.ITERATIONS_KEPT + 5):
         inst.iteration_s(Batch.decode(np.array([1.0 + k]), np.array([100.0])))
     assert len(inst._iterations) <= inst_mod.ITERATIONS_KEPT
+
+
+def test_one_gemm_op_costs_the_hand_derived_roofline_time() -> None:
+    """Llama-3.1-8B's qkv_proj in one decode step on an H100 (engine-less, TP1), by hand:
+    1 row padded to a 16-row tile, FLOPs 2·16·4096·6144, bytes 2·(4096·6144 + 4096 +
+    6144); memory-bound at 80 % of 3.35 TB/s, plus 5 µs of launch; 32 layers."""
+    model, device = load_model("llama-3.1-8b"), load_device("h100-sxm")
+    assert device.peak("bf16") == pytest.approx(989.4e12) and device.hbm_bw_bytes_per_s == 3.35e12
+    plan = ParallelPlan()
+    c = costing_of(model, device, plan, None, None)
+    op = next(o for o in layer_ops(model, plan, Batch.decode(1, 100)) if o.name == "qkv_proj")
+    flops, bytes_ = 2.0 * 16 * 4096 * 6144, 2.0 * (4096 * 6144 + 4096 + 6144)
+    per_layer = max(flops / (0.8 * 989.4e12), bytes_ / (0.8 * 3.35e12)) + 5e-6
+    t = time_op(op, c.profile(op), device, plan)
+    assert t.count == 32
+    assert float(t.flops) == pytest.approx(32 * flops)
+    assert float(t.total_s) == pytest.approx(32 * per_layer, rel=1e-12)
+    (grouped,) = time_ops([op], c, device, plan)
+    assert float(grouped.total_s) == float(t.total_s)
