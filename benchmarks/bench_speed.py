@@ -109,7 +109,7 @@ def import_seconds(args: list[str]) -> float:
 #: the capacity job's work after its imports, timed inside one process (CPU and wall)
 _COMPUTE = """
 import io, os, sys, time, contextlib
-import cli.main, cli.options, perfmodel.serving.capacity, typer._adapters
+import cli.main, cli.options, perfmodel.serving.capacity
 t, c = time.perf_counter(), time.process_time()
 with contextlib.redirect_stdout(io.StringIO()):
     try:
