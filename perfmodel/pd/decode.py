@@ -36,7 +36,7 @@ from perfmodel.serving.classic_queues import erlang_c
 from perfmodel.serving.latency_laws import sum_ctx_sq, window_variance_factor
 from perfmodel.serving.search import cdf_quantile, max_rate
 from perfmodel.serving.servemix import compress_atoms
-from perfmodel.special import log_ndtr
+from perfmodel.special import distinct_sorted, log_ndtr
 from perfmodel.special import ndtr_array as ndtr
 from perfmodel.step.batch import Batch
 from perfmodel.units import MS_PER_S
@@ -283,7 +283,7 @@ def decode_profile(
         float(np.dot(sub_w, sum_ctx_sq(lengths.input_tokens, lengths.output_tokens - 1))) / e_steps
     )
     top = 4 * slots + 8  # room above the slots for the unlimited (limiter) evaluation
-    grid = np.unique(np.concatenate([np.linspace(0, top, 513), np.arange(0, 9)]))
+    grid = distinct_sorted(np.concatenate([np.linspace(0, top, 513), np.arange(0, 9)]))
     bt = config.instance(model).iteration_s(Batch.decode(np.maximum(grid, 1.0), ctx))
     # sensitivities at a representative batch for the batch-noise variance
     nb = max(1.0, 0.5 * slots)

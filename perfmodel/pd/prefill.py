@@ -42,6 +42,7 @@ from perfmodel.pd.config import (
 )
 from perfmodel.serving.search import cdf_quantile, max_rate
 from perfmodel.serving.servemix import compress_atoms
+from perfmodel.special import distinct_sorted
 from perfmodel.step.batch import Batch
 from perfmodel.units import MS_PER_S
 from perfmodel.workload.lengths import LengthDistribution
@@ -243,7 +244,7 @@ def prefill_batch_tokens(model: ModelSpec, config: PhaseConfig) -> int:
     for an affine ``a + b·L``, ``L_m = a/b`` (fixed cost = per-token cost). Batching
     prompts beyond ``L_m`` tokens saves little and delays every prompt in the batch.
     """
-    grid = np.unique(np.rint(np.geomspace(1.0, 1 << 17, 241)))
+    grid = distinct_sorted(np.rint(np.geomspace(1.0, 1 << 17, 241)))
     t = config.instance(model).iteration_s(Batch.prefill(1, np.concatenate([grid, 2 * grid])))
     t1, t2 = t[: grid.size], t[grid.size :]
     hit = np.flatnonzero(t2 >= math.sqrt(2.0) * t1)

@@ -145,22 +145,42 @@ def time_op(
 ) -> OpTime:
     """Seconds of ``op`` (all its executions); ``comm_extra_s``: the engine's fixed cost
     per collective call beyond the link model (launch, synchronization)."""
-    n = op.count
     if op.kind == "comm":
-        if op.name == "pp_p2p_nic":  # between stages on different nodes
-            group, link = 2, link_for_group(device, scale_up_domain_size(device) + 1)
-        elif op.collective == "p2p":  # between stages of one node (one sender, one receiver)
-            node = scale_up_domain_size(device)
-            group, link = 2, link_for_group(device, min(plan.tp * plan.pp, node))
-        elif op.collective == "all_to_all":  # expert-parallel dispatch / combine
-            group, link = plan.ep, link_for_group(device, plan.ep)
-        else:  # inside one stage's tensor-parallel group
-            group, link = plan.tp, link_for_group(device, plan.tp)
-        t = collective_time_s(op.collective, op.bytes, group=group, link=link, dtype=plan.act_dtype)  # type: ignore[arg-type]
-        t = t + comm_extra_s
-        z = np.zeros_like(t)
-        return OpTime(op.name, n, z, z, z, z, n * t, n * t)
+        return _comm_time(op, _collective_s(op, device, plan, comm_extra_s))
     return _time_group([op], prof, device, _math_dtype(op, device, plan))[0]
+
+
+def _collective_s(op: Op, device: Device, plan: ParallelPlan, comm_extra_s: float) -> Arr:
+    """Seconds of one execution of the collective ``op``."""
+    if op.name == "pp_p2p_nic":  # between stages on different nodes
+        group, link = 2, link_for_group(device, scale_up_domain_size(device) + 1)
+    elif op.collective == "p2p":  # between stages of one node (one sender, one receiver)
+        node = scale_up_domain_size(device)
+        group, link = 2, link_for_group(device, min(plan.tp * plan.pp, node))
+    elif op.collective == "all_to_all":  # expert-parallel dispatch / combine
+        group, link = plan.ep, link_for_group(device, plan.ep)
+    else:  # inside one stage's tensor-parallel group
+        group, link = plan.tp, link_for_group(device, plan.tp)
+    t = collective_time_s(op.collective, op.bytes, group=group, link=link, dtype=plan.act_dtype)  # type: ignore[arg-type]
+    return t + comm_extra_s
+
+
+def _comm_time(op: Op, t: Arr) -> OpTime:
+    """A collective's time over its ``count`` executions of ``t`` seconds each."""
+    n = op.count
+    z = np.zeros_like(t)
+    return OpTime(op.name, n, z, z, z, z, n * t, n * t)
+
+
+def _same_collective(a: Op, b: Op) -> bool:
+    """Whether collectives ``a`` and ``b`` take the same time per execution: one kind over
+    one group and link (``_collective_s``'s cases), the same bytes."""
+    return (
+        a.collective == b.collective
+        and (a.name == "pp_p2p_nic") == (b.name == "pp_p2p_nic")
+        and np.shape(a.bytes) == np.shape(b.bytes)
+        and bool(np.all(a.bytes == b.bytes))
+    )
 
 
 def _math_dtype(op: Op, device: Device, plan: ParallelPlan) -> str:
@@ -182,29 +202,39 @@ def time_ops(ops: Sequence[Op], c: Costing, device: Device, plan: ParallelPlan) 
     The compute ops that share a profile and a math format are timed in one call of
     :meth:`Roofline.times` on their stacked FLOPs and bytes (a step's dozen GEMMs in one,
     not a dozen: the elementwise arithmetic is the same, the per-call cost is paid once).
+    A collective of the kind and bytes of one before it (the attention and MLP all-reduces
+    of a step) takes that one's seconds per execution, times its own count.
     """
     out: list[OpTime | None] = [None] * len(ops)
     groups: dict[tuple[int, str], list[int]] = {}
+    timed: list[tuple[Op, Arr]] = []  # collectives timed so far, per execution
     for i, op in enumerate(ops):
         if op.kind == "comm":
-            out[i] = time_op(op, c.profile(op), device, plan, c.comm_extra_s)
+            # a step's attention and MLP all-reduces move the same bytes: timed once
+            per = next((s for o, s in timed if _same_collective(o, op)), None)
+            if per is None:
+                per = _collective_s(op, device, plan, c.comm_extra_s)
+                timed.append((op, per))
+            out[i] = _comm_time(op, per)
         else:
             groups.setdefault((id(c.profile(op)), _math_dtype(op, device, plan)), []).append(i)
     for (_, dtype), idx in groups.items():
         group = [ops[i] for i in idx]
-        for i, t in zip(idx, _time_group(group, c.profile(group[0]), device, dtype), strict=True):
-            out[i] = t
-    return [t for t in out if t is not None]
+        for i, ot in zip(idx, _time_group(group, c.profile(group[0]), device, dtype), strict=True):
+            out[i] = ot
+    return [ot for ot in out if ot is not None]
 
 
 def _time_group(ops: list[Op], prof: Roofline, device: Device, dtype: str) -> list[OpTime]:
     """Compute ops of one profile and math format, timed together (all executions): the
     one place a compute op's time is formed (:func:`time_op` times one op as a group)."""
     flops = [_executed_flops(o, device) for o in ops]
-    shape = np.broadcast_shapes(*(np.shape(f) for f in flops), *(np.shape(o.bytes) for o in ops))
+    shapes = {np.shape(x) for x in flops} | {np.shape(o.bytes) for o in ops}
+    shape = shapes.pop() if len(shapes) == 1 else np.broadcast_shapes(*shapes)
     col = (len(ops),) + (1,) * len(shape)
-    f = np.stack([_to(x, shape) for x in flops])
-    b = np.stack([_to(o.bytes, shape) for o in ops])
+    # np.array of equal-shape arrays stacks them as np.stack does, without its set-up
+    f = np.array([_to(x, shape) for x in flops], dtype=np.float64)
+    b = np.array([_to(o.bytes, shape) for o in ops], dtype=np.float64)
     n = np.array([o.count for o in ops], dtype=np.float64).reshape(col)
     kernels = np.array([o.kernels for o in ops], dtype=np.float64).reshape(col)
     r = prof.times(f, b, dtype=dtype, kernels=kernels)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hardware.device import load_device
-from hardware.roofline import Roofline, gemm_flops_bytes
+from hardware.roofline import Roofline, gemm_flops_bytes, padded_rows
 from perfmodel.errors import SpecError
 from tests.conftest import shared_file
 
@@ -158,3 +158,22 @@ def test_collective_links_by_topology() -> None:
     t16 = float(collective_time_s("all_reduce", mb, group=16, link=nic))
     assert t16 == pytest.approx(17.6e-6 + 0.764 * 30 * 5e-6 + 30.353 * 4e6 / (0.727 * 50e9))
     assert t16 == pytest.approx(3472.3e-6, rel=1e-4)
+
+
+def test_padded_rows_kept_result_is_the_computed_one() -> None:
+    """A step pads the same token rows for GEMM after GEMM, so the last call's result is
+    kept: equal rows (another array) give it again, other rows or tiles are computed, the
+    kept result cannot be changed, and changing the caller's array changes nothing kept."""
+    m = np.array([0.0, 1.0, 17.0, 129.0, 300.0])
+    first = padded_rows(m)
+    assert first.tolist() == [0.0, 16.0, 32.0, 256.0, 384.0]  # hand: tiles 16, 32, 128
+    again = padded_rows(m.copy())
+    assert again is first and not again.flags.writeable
+    with pytest.raises(ValueError):
+        again[0] = 1.0
+    m[2] = 100.0  # the caller's array changes: the kept rows are a copy
+    assert padded_rows(m).tolist() == [0.0, 16.0, 128.0, 256.0, 384.0]
+    # same rows, other tiles: computed for those tiles (one tile of 64 rows)
+    assert padded_rows(m, max_tile=64, min_tile=64).tolist() == [0.0, 64.0, 128.0, 192.0, 320.0]
+    assert padded_rows(np.array(5.0)).shape == ()  # a 0-d array is not the 1-D one before
+    assert float(padded_rows(np.array(5.0))) == 16.0

@@ -94,3 +94,22 @@ def test_vectorized_normal_cdf_and_its_log_match_scipy() -> None:
     edge = special.log_ndtr(np.array([np.inf, -np.inf, np.nan]))
     assert edge[0] == 0.0 and edge[1] == -np.inf and np.isnan(edge[2])
     assert np.isnan(special.ndtr_array(np.array([np.nan])))[0]
+
+
+def test_distinct_sorted_is_np_unique() -> None:
+    """The PD planner's grids: np.unique's values (ascending, each once), without its
+    import of numpy.ma; random arrays with repeats, ±0, a sorted one, one value, none."""
+    rng = np.random.default_rng(3)
+    cases = [
+        rng.integers(0, 20, 200).astype(float) / 4,
+        np.concatenate([np.linspace(0, 40, 513), np.arange(0, 9)]),
+        np.rint(np.geomspace(1.0, 1 << 17, 241)),
+        rng.normal(size=50),
+        np.array([7.0]),
+        np.array([]),
+        np.array([0.0, -0.0, 1.0]),
+    ]
+    for x in cases:
+        got, want = special.distinct_sorted(x), np.unique(x)
+        assert got.dtype == np.float64
+        assert np.array_equal(got, want)

@@ -12,7 +12,7 @@ from perfmodel.model import load_model
 from perfmodel.plan import ParallelPlan
 from perfmodel.step.batch import Batch
 from perfmodel.step.costing import costing_of, time_op, time_ops
-from perfmodel.step.ops import layer_ops
+from perfmodel.step.ops import Op, layer_ops
 from perfmodel.step.time import step_time
 
 #: a mixed batch over a few shapes: prefill chunks beside decodes, one row idle
@@ -155,3 +155,29 @@ def test_one_gemm_op_costs_the_hand_derived_roofline_time() -> None:
     assert float(t.total_s) == pytest.approx(32 * per_layer, rel=1e-12)
     (grouped,) = time_ops([op], c, device, plan)
     assert float(grouped.total_s) == float(t.total_s)
+
+
+def test_collectives_moving_the_same_bytes_are_timed_once_with_their_own_counts() -> None:
+    """``time_ops`` times a collective once per kind and bytes: a second all-reduce of the
+    same bytes (another count of layers) takes the first one's seconds per execution times
+    its own count; other bytes or another kind are timed for themselves. Each equals
+    ``time_op`` of the op alone, bit for bit."""
+    model, device, plan = load_model("llama-3.1-70b"), load_device("h100-sxm"), ParallelPlan(tp=4)
+    c = costing_of(model, device, plan, None, None)
+    z = np.zeros(3)
+    b = np.array([0.0, 1e6, 3e7])
+    ops = [
+        Op("ar_a", "comm", z, b, 80, collective="all_reduce"),
+        Op("ar_b", "comm", z, b.copy(), 3, collective="all_reduce"),
+        Op("ar_c", "comm", z, 2 * b, 80, collective="all_reduce"),
+        Op("ag", "comm", z, b, 1, collective="all_gather"),
+    ]
+    got = time_ops(ops, c, device, plan)
+    for t, op in zip(got, ops, strict=True):
+        one = time_op(op, c.profile(op), device, plan, c.comm_extra_s)
+        assert (t.name, t.count) == (op.name, op.count)
+        assert np.array_equal(t.total_s, one.total_s) and np.array_equal(t.comm_s, one.comm_s)
+    per_exec = got[0].total_s / 80
+    assert np.allclose(got[1].total_s, 3 * per_exec, rtol=1e-15)
+    assert got[2].total_s[2] > got[0].total_s[2]  # twice the bytes: timed, not reused
+    assert got[3].total_s[1] != got[0].total_s[1] / 80  # another collective
