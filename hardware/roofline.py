@@ -44,6 +44,9 @@ def padded_rows(
     Kernels pick the tile height by ``m`` (cuBLAS/CUTLASS heuristics, vLLM's fused-MoE
     ``BLOCK_SIZE_M``): the next power of two between ``min_tile`` and ``max_tile``, and
     whole ``max_tile`` tiles beyond that. 0 rows cost nothing.
+
+    The result of at most :data:`KEPT_PADDING_MAX_ROWS` rows is kept for the next call
+    (see :data:`_LAST_PADDED`) and is read-only.
     """
     m_ = np.asarray(m, dtype=np.float64)
     global _LAST_PADDED
@@ -58,14 +61,17 @@ def padded_rows(
     # min(max(·)) is np.clip without its Python-level dispatch (a hot path)
     tile = np.minimum(np.maximum(2.0 ** np.ceil(np.log2(np.maximum(m_, 1.0))), min_tile), max_tile)
     out = np.where(m_ > 0, np.ceil(m_ / tile) * tile, 0.0)
-    out.flags.writeable = False
-    _LAST_PADDED = (m_.copy(), (max_tile, min_tile), out)
+    if m_.size <= KEPT_PADDING_MAX_ROWS:
+        out.flags.writeable = False
+        _LAST_PADDED = (m_.copy(), (max_tile, min_tile), out)
     return out
 
 
 #: the last :func:`padded_rows` call's rows, tiles and result: a step's GEMMs pad the same
-#: token rows one after another (read-only, so a caller cannot change what is kept)
+#: token rows one after another (read-only, so a caller cannot change what is kept); kept
+#: for step-sized arrays only (``predict gemm``'s million shapes are padded once each)
 _LAST_PADDED: tuple[NDArray[np.float64], tuple[int, int], NDArray[np.float64]] | None = None
+KEPT_PADDING_MAX_ROWS = 8192
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from hardware.device import load_device
-from hardware.roofline import Roofline, gemm_flops_bytes, padded_rows
+from hardware.roofline import KEPT_PADDING_MAX_ROWS, Roofline, gemm_flops_bytes, padded_rows
 from perfmodel.errors import SpecError
 from tests.conftest import shared_file
 
@@ -177,3 +177,7 @@ def test_padded_rows_kept_result_is_the_computed_one() -> None:
     assert padded_rows(m, max_tile=64, min_tile=64).tolist() == [0.0, 64.0, 128.0, 192.0, 320.0]
     assert padded_rows(np.array(5.0)).shape == ()  # a 0-d array is not the 1-D one before
     assert float(padded_rows(np.array(5.0))) == 16.0
+    # predict gemm's million shapes: padded, not kept (no copy held, a writable result)
+    big = np.full(KEPT_PADDING_MAX_ROWS + 1, 3.0)
+    rows = padded_rows(big)
+    assert rows.flags.writeable and padded_rows(big) is not rows and float(rows[0]) == 16.0
