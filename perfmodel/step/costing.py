@@ -16,7 +16,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from hardware.comm import collective_time_s, link_for_group, scale_up_domain_size
-from hardware.device import Device
+from hardware.device import Device, Link
 from hardware.engine import Engine
 from hardware.roofline import Roofline
 from perfmodel.model import ModelSpec
@@ -146,21 +146,24 @@ def time_op(
     """Seconds of ``op`` (all its executions); ``comm_extra_s``: the engine's fixed cost
     per collective call beyond the link model (launch, synchronization)."""
     if op.kind == "comm":
-        return _comm_time(op, _collective_s(op, device, plan, comm_extra_s))
+        return _comm_time(op, _collective_s(op, _route(op, device, plan), plan, comm_extra_s))
     return _time_group([op], prof, device, _math_dtype(op, device, plan))[0]
 
 
-def _collective_s(op: Op, device: Device, plan: ParallelPlan, comm_extra_s: float) -> Arr:
-    """Seconds of one execution of the collective ``op``."""
+def _route(op: Op, device: Device, plan: ParallelPlan) -> tuple[int, Link]:
+    """The group and link the collective ``op`` runs over."""
     if op.name == "pp_p2p_nic":  # between stages on different nodes
-        group, link = 2, link_for_group(device, scale_up_domain_size(device) + 1)
-    elif op.collective == "p2p":  # between stages of one node (one sender, one receiver)
-        node = scale_up_domain_size(device)
-        group, link = 2, link_for_group(device, min(plan.tp * plan.pp, node))
-    elif op.collective == "all_to_all":  # expert-parallel dispatch / combine
-        group, link = plan.ep, link_for_group(device, plan.ep)
-    else:  # inside one stage's tensor-parallel group
-        group, link = plan.tp, link_for_group(device, plan.tp)
+        return 2, link_for_group(device, scale_up_domain_size(device) + 1)
+    if op.collective == "p2p":  # between stages of one node (one sender, one receiver)
+        return 2, link_for_group(device, min(plan.tp * plan.pp, scale_up_domain_size(device)))
+    if op.collective == "all_to_all":  # expert-parallel dispatch / combine
+        return plan.ep, link_for_group(device, plan.ep)
+    return plan.tp, link_for_group(device, plan.tp)  # inside one stage's TP group
+
+
+def _collective_s(op: Op, route: tuple[int, Link], plan: ParallelPlan, comm_extra_s: float) -> Arr:
+    """Seconds of one execution of the collective ``op`` over ``route`` (:func:`_route`)."""
+    group, link = route
     t = collective_time_s(op.collective, op.bytes, group=group, link=link, dtype=plan.act_dtype)  # type: ignore[arg-type]
     return t + comm_extra_s
 
@@ -172,15 +175,8 @@ def _comm_time(op: Op, t: Arr) -> OpTime:
     return OpTime(op.name, n, z, z, z, z, n * t, n * t)
 
 
-def _same_collective(a: Op, b: Op) -> bool:
-    """Whether collectives ``a`` and ``b`` take the same time per execution: one kind over
-    one group and link (``_collective_s``'s cases), the same bytes."""
-    return (
-        a.collective == b.collective
-        and (a.name == "pp_p2p_nic") == (b.name == "pp_p2p_nic")
-        and np.shape(a.bytes) == np.shape(b.bytes)
-        and bool(np.all(a.bytes == b.bytes))
-    )
+def _same_bytes(a: Arr, b: Arr) -> bool:
+    return np.shape(a) == np.shape(b) and bool(np.all(a == b))
 
 
 def _math_dtype(op: Op, device: Device, plan: ParallelPlan) -> str:
@@ -207,14 +203,16 @@ def time_ops(ops: Sequence[Op], c: Costing, device: Device, plan: ParallelPlan) 
     """
     out: list[OpTime | None] = [None] * len(ops)
     groups: dict[tuple[int, str], list[int]] = {}
-    timed: list[tuple[Op, Arr]] = []  # collectives timed so far, per execution
+    # collectives timed so far: (kind, route, bytes) -> seconds per execution
+    timed: list[tuple[tuple[str, tuple[int, Link]], Arr, Arr]] = []
     for i, op in enumerate(ops):
         if op.kind == "comm":
             # a step's attention and MLP all-reduces move the same bytes: timed once
-            per = next((s for o, s in timed if _same_collective(o, op)), None)
+            key = (op.collective, _route(op, device, plan))
+            per = next((t for k, b, t in timed if k == key and _same_bytes(b, op.bytes)), None)
             if per is None:
-                per = _collective_s(op, device, plan, c.comm_extra_s)
-                timed.append((op, per))
+                per = _collective_s(op, key[1], plan, c.comm_extra_s)
+                timed.append((key, op.bytes, per))
             out[i] = _comm_time(op, per)
         else:
             groups.setdefault((id(c.profile(op)), _math_dtype(op, device, plan)), []).append(i)
