@@ -93,9 +93,16 @@ def goodput_of(
 ) -> PhaseGoodput:
     """The goodput of a :class:`ProfiledOptions` entry at ``slo``, memoized by target (a
     prefill goodput depends on the TTFT target only, a decode one on the TPOT target only:
-    an SLO sweep asks again at the same targets)."""
+    an SLO sweep asks again at the same targets). A prefill goodput depends on the decode
+    class only through the KV transfer: it is kept by the transfer times and the link
+    instead of the class (decode TPs on one link often give the same transfer: 146
+    prefill searches instead of 240 in a five-device plan)."""
     if isinstance(profile, PrefillProfile):
-        gkey = ("prefill-goodput", *key[1:], slo.ttft_s, slo.percentile)
+        _, dev, tp, _cls, prompts = key
+        gkey = (
+            "prefill-goodput", dev, tp, prompts, profile.transfer_s.tobytes(),
+            repr(profile.link), slo.ttft_s, slo.percentile,
+        )  # fmt: skip
         if gkey not in memo:
             memo[gkey] = prefill_goodput(profile, slo, model=model)
     else:

@@ -36,6 +36,33 @@ def test_options_memo_keyed_by_the_lengths_it_depends_on() -> None:
     assert a.decode != b.decode
 
 
+def test_prefill_goodput_searched_once_per_transfer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A prefill goodput depends on the decode class only through the KV transfer: one
+    search per (prefill configuration, transfer times, link), and every class's goodput
+    equals the search on its own profile."""
+    import solvers.pd.enumerate as en
+    from perfmodel.pd.prefill import prefill_goodput
+
+    calls: list[object] = []
+
+    def counted(profile, slo, *, model):  # type: ignore[no-untyped-def]
+        calls.append(profile)
+        return prefill_goodput(profile, slo, model=model)
+
+    monkeypatch.setattr(en, "prefill_goodput", counted)
+    lengths = fixed_lengths(512, 128)
+    kw = {"prefill_devices": [H100], "decode_devices": [H100, load_device("a100-sxm-80gb")]}
+    memo: dict = {}  # type: ignore[type-arg]
+    opts = evaluate_options(MODEL, lengths, SLO_, memo=memo, **kw)  # type: ignore[arg-type]
+    po = en.profile_options(MODEL, lengths, memo=memo, **kw)  # type: ignore[arg-type]
+    profiles = [p for v in po.prefill.values() for _, p in v]
+    distinct = {(p.config.plan.tp, p.transfer_s.tobytes(), repr(p.link)) for p in profiles}
+    assert len(calls) == len(distinct) < len(profiles)  # decode TPs share transfers
+    for cls, entries in po.prefill.items():
+        for (_, p), got in zip(entries, opts.prefill[cls], strict=True):
+            assert got == prefill_goodput(p, SLO_, model=MODEL)
+
+
 @pytest.mark.slow  # about 10 s on an idle machine
 def test_length_sweep_cells_equal_cells_alone() -> None:
     sweep = length_sweep(MODEL, [H100], SLO_, inputs=[128, 512], outputs=[32, 256])
