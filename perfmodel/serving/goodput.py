@@ -62,9 +62,19 @@ class Goodput:
     slo: SLO
     at_goodput: Attainment | None
     best_attainment: float  # at a vanishing rate
-    best_ttft_quantile_s: float  # at a vanishing rate, at slo.percentile
-    best_tpot_quantile_s: float
     explanation: str
+    #: the SLO check at a vanishing rate (its percentiles are computed when first read)
+    low: Attainment = field(repr=False, compare=False)
+
+    @property
+    def best_ttft_quantile_s(self) -> float:
+        """TTFT at ``slo.percentile`` at a vanishing rate."""
+        return self.low.ttft_quantile_s
+
+    @property
+    def best_tpot_quantile_s(self) -> float:
+        """TPOT at ``slo.percentile`` at a vanishing rate."""
+        return self.low.tpot_quantile_s
 
 
 def goodput(
@@ -86,13 +96,7 @@ def goodput(
     lo = mu * 1e-4
     if low is None or low.rate_per_s != lo:
         low = slo_attainment(latency(service, lo), slo)
-    answer = partial(
-        Goodput,
-        slo=slo,
-        best_attainment=low.attainment,
-        best_ttft_quantile_s=low.ttft_quantile_s,
-        best_tpot_quantile_s=low.tpot_quantile_s,
-    )
+    answer = partial(Goodput, slo=slo, best_attainment=low.attainment, low=low)
     if not low.meets_goal or not service.largest_request_fits:
         return answer(
             feasible=False,

@@ -128,6 +128,20 @@ def test_goodput_and_infeasible_slo(chat_rate: q.ServiceRate) -> None:
     assert bad.best_ttft_quantile_s > 0.001
 
 
+def test_goodput_unloaded_percentiles_computed_when_read(chat_rate: q.ServiceRate) -> None:
+    """A feasible search leaves the unloaded percentiles uncomputed (the planner never
+    reads them: two quantile searches per candidate saved); read, they are the unloaded
+    estimate's own."""
+    slo = SLO(ttft_s=1.0, tpot_s=0.05, percentile=0.9, goal=0.9)
+    g = q_goodput.goodput(chat_rate, slo)
+    assert g.feasible
+    assert "ttft_quantile_s" not in vars(g.low) and "tpot_quantile_s" not in vars(g.low)
+    low = q.latency(chat_rate, chat_rate.rate_per_s * 1e-4)
+    assert g.low.rate_per_s == low.rate_per_s
+    assert g.best_ttft_quantile_s == low.ttft_quantile_s(0.9)
+    assert g.best_tpot_quantile_s == low.tpot_quantile_s(0.9)
+
+
 def test_instances_needed(chat_rate: q.ServiceRate) -> None:
     mu = chat_rate.rate_per_s
     s = q_goodput.instances_needed(chat_rate, 2.5 * mu, target_utilization=0.8)
