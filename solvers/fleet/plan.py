@@ -40,6 +40,7 @@ from solvers.fleet.milp import FleetOption, FleetProblem, FleetSolution
 from solvers.fleet.pd_roles import pd_jobs, pd_results
 from solvers.fleet.results import Alternative, Fleet, PlanResult, Pool, Sensitivity
 from solvers.fleet.results import merge_pools as merge_pools  # re-export
+from solvers.fleet.ties import Solved, simplest
 
 RATE_STEPS = (0.75, 1.25)
 #: what the evaluations import (preloaded before the evaluation processes fork)
@@ -258,9 +259,6 @@ def _bucket_fleet(
     return _fleet(pools, sol, inputs, rate_per_s)
 
 
-Solved = tuple[FleetSolution, dict[str, Candidate]]
-
-
 def _solve_many(
     cands: Sequence[Candidate], inputs: PlanInputs, asks: Sequence[dict[str, Any]]
 ) -> list[Solved]:
@@ -353,9 +351,11 @@ def plan_fleet(
         asks[("disaggregated_only", "")] = {"roles": ("prefill", "decode")}
     asks.update({("rate", f"{f}"): {"rate_per_s": inputs.rate_per_s * f} for f in RATE_STEPS})
     got = dict(zip(asks, _solve_many(cands, inputs, list(asks.values())), strict=True))
-    sol, by_name = got[("fleet", "")]
-    if sol.status == "infeasible":
+    if got[("fleet", "")][0].status == "infeasible":
         raise InfeasibleError(diagnose_infeasible(cands, inputs))
+    floors = {t for t in types if inputs.prices.get(t).min_devices}
+    singles_solved = {t: got[("single", t)] for t in types}
+    sol, by_name = simplest(got[("fleet", "")], singles_solved, floors)
     rec = to_fleet(sol, by_name, inputs, inputs.rate_per_s)
     singles = {t: _alternative(t, got[("single", t)], inputs) for t in types}
     colo = _alternative("colocated_only", got[("colocated_only", "")], inputs)

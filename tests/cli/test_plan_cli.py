@@ -68,6 +68,11 @@ def test_issue_command_keys_and_consistency(issue_json: dict) -> None:
     feasible = [v["cost_per_hour_usd"] for v in best.values() if v["feasible"]]
     assert feasible and all("cost_per_hour_usd" in v for v in best.values())
     assert rec["cost_per_hour_usd"] <= min(feasible) + 1e-6
+    # H100 and H200 cost the same per hour: the all-H200 fleet ties the best mix, and the
+    # single type is recommended (solvers.fleet.ties), as the explanation says
+    assert min(feasible) <= rec["cost_per_hour_usd"] * (1 + 1e-9)
+    assert {p["device"] for p in rec["pools"]} == {"h200-sxm"}
+    assert any("no mix of device types beats" in w for w in issue_json["why"])
 
 
 def test_issue_command_time_warm(issue_json: dict, cache_dir: Path) -> None:
