@@ -3,8 +3,8 @@
 The fleet MILP proves the least cost, and its tie-break (fewer devices, then earlier
 options) ranks fleets of equal cost — but only as finely as HiGHS resolves a term a
 millionth of an instance's price: which equal-cost fleet it returns can follow its
-search path (an option of its heuristics flipped the default plan's fleet between two of
-the same cost and device count). Where a single device type is as cheap as the mix, the
+search path (turning off one of its heuristics flipped the issue-16 plan's fleet between
+two of the same cost and device count). Where a single device type is as cheap as the mix, the
 planner says so and recommends it: one device type is simpler to buy and to run, and the
 mix would have been the solver's accident (H100 and H200 at one price, say).
 """
