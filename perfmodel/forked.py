@@ -1,12 +1,12 @@
-"""Independent jobs in forked worker processes, stopped at once when the caller stops.
+"""Jobs in forked worker processes, stopped at once when the caller stops.
 
 The one place the project forks workers (the plan's evaluations, the PD phase sweep's
-rows). :func:`fork_map` runs zero-argument callables in a ``fork`` process pool and
-returns their values in order. When the parent is interrupted while it waits — the
-command's time limit (SIGALRM), Ctrl-C, a job's exception — the workers are killed
-before the exception goes on: a job still running (a long sweep row) must not keep the
-command alive past its limit, which ``ProcessPoolExecutor``'s exit (it waits for running
-jobs) would do.
+rows). :func:`fork_map` runs callables in a ``fork`` process pool and returns their
+values in order; a callable may take the values of earlier ones (it starts once they
+have ended). When the parent is interrupted while it waits — the command's time limit
+(SIGALRM), Ctrl-C, a job's exception — the workers are killed before the exception goes
+on: a job still running (a long sweep row) must not keep the command alive past its
+limit, which ``ProcessPoolExecutor``'s exit (it waits for running jobs) would do.
 
 Part of the base: imports nothing of the project.
 """
@@ -19,8 +19,8 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 
-def _call(fn: Callable[[], Any]) -> Any:
-    return fn()
+def _call(fn: Callable[..., Any], *args: Any) -> Any:
+    return fn(*args)
 
 
 def _kill(ex: Any) -> None:
@@ -39,16 +39,19 @@ def _kill(ex: Any) -> None:
 
 
 def fork_map(
-    jobs: Sequence[Callable[[], T]],
+    jobs: Sequence[Callable[..., T]],
     workers: int,
     *,
     on_result: Callable[[int], None] | None = None,
     meanwhile: Callable[[], None] | None = None,
+    after: Sequence[Sequence[int]] | None = None,
 ) -> list[T] | None:
     """Every job's value, computed in ``min(workers, len(jobs))`` forked processes, in
     the order of ``jobs``; ``on_result(i)`` is called in the parent as job ``i`` ends.
     ``meanwhile()`` runs in the parent once the workers are forked, before it waits
-    (what the caller needs next and the workers do not: imports, say).
+    (what the caller needs next and the workers do not: imports, say). ``after[i]``: the
+    earlier jobs whose values job ``i`` takes as its arguments, in that order; it is
+    submitted once they have ended (the others run meanwhile), in index order.
 
     None when no pool can be had (no ``fork``, a job that cannot be pickled, a worker
     that died): the caller then runs the jobs serially. Any other exception — a job's,
@@ -65,13 +68,25 @@ def fork_map(
             pickle.dumps(job)
     except (pickle.PicklingError, AttributeError, TypeError):
         return None
+    deps = [tuple(a) for a in after] if after is not None else [()] * len(jobs)
+    if len(deps) != len(jobs) or any(j >= i for i, a in enumerate(deps) for j in a):
+        raise ValueError("after[i] must name earlier jobs, one entry per job")
     out: list[Any] = [None] * len(jobs)
+    ended = [False] * len(jobs)
+    waiting = [i for i, a in enumerate(deps) if a]
     gc.freeze()  # the workers' collections then leave the parent's pages shared
     ex: Any = None
+    futures: dict[Any, int] = {}
+
+    def submit(i: int) -> None:
+        futures[ex.submit(_call, jobs[i], *(out[j] for j in deps[i]))] = i
+
     try:
         ctx = multiprocessing.get_context("fork")
         ex = ProcessPoolExecutor(max(1, min(workers, len(jobs))), mp_context=ctx)
-        futures = {ex.submit(_call, job): i for i, job in enumerate(jobs)}
+        for i, a in enumerate(deps):
+            if not a:
+                submit(i)
     except (OSError, ValueError):  # no processes to be had
         if ex is not None:
             _kill(ex)
@@ -83,10 +98,16 @@ def fork_map(
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for f in done:
-                out[futures[f]] = f.result()  # a job's own exception propagates
+            for f in sorted(done, key=futures.__getitem__):
+                i = futures[f]
+                out[i], ended[i] = f.result(), True  # a job's own exception propagates
                 if on_result is not None:
-                    on_result(futures[f])
+                    on_result(i)
+            ready = [i for i in waiting if all(ended[j] for j in deps[i])]
+            for i in ready:
+                waiting.remove(i)
+                submit(i)
+            pending |= {f for f, i in futures.items() if i in ready}
     except BrokenProcessPool:  # a worker died (killed, out of memory)
         _kill(ex)
         return None

@@ -79,11 +79,16 @@ def cached(kind: str, key: str, compute: Callable[[], T], *, enabled: bool = Tru
 
 @dataclass(frozen=True)
 class Job:
-    """One cacheable evaluation: ``compute()`` stored under ``kind/key``."""
+    """One cacheable evaluation: ``compute(*values of after)`` stored under ``kind/key``.
+
+    ``after``: the keys of earlier jobs of the same :func:`run_jobs` call whose values
+    ``compute`` takes (the job's own key must determine its value: they are evaluations
+    of the same inputs)."""
 
     kind: str
     key: str
-    compute: Callable[[], Any]
+    compute: Callable[..., Any]
+    after: tuple[str, ...] = ()
 
 
 def _load(d: Path | None, job: Job) -> tuple[bool, Any]:
@@ -108,6 +113,22 @@ def _store(d: Path | None, job: Job, value: Any) -> None:
         os.replace(tmp, path)
     except OSError:  # a read-only home: the cache is an optimization, not a requirement
         pass
+
+
+@dataclass(frozen=True)
+class _Inputs:
+    """``compute`` with the inputs known before it is sent (``known``; None at the
+    positions ``late`` of the values it waits for, given as its arguments)."""
+
+    compute: Callable[..., Any]
+    known: tuple[Any, ...]
+    late: tuple[int, ...]
+
+    def __call__(self, *args: Any) -> Any:
+        values = list(self.known)
+        for p, v in zip(self.late, args, strict=True):
+            values[p] = v
+        return self.compute(*values)
 
 
 def run_jobs(
@@ -141,6 +162,8 @@ def run_jobs(
     if missing:
         for name in preload:
             importlib.import_module(name)
+    index = {job.key: i for i, job in enumerate(jobs)}
+    deps = [tuple(index[k] for k in jobs[i].after) for i in missing]
     if len(missing) > 1 and workers > 1:
         from perfmodel.forked import fork_map
 
@@ -148,9 +171,22 @@ def run_jobs(
             for name in meanwhile:
                 importlib.import_module(name)
 
-        values = fork_map([jobs[i].compute for i in missing], workers, meanwhile=imports)
+        # a job's inputs: other missing jobs' values (it waits for them), and values read
+        # from the cache (bound now)
+        slot = {i: n for n, i in enumerate(missing)}
+        calls: list[Callable[..., Any]] = []
+        after: list[tuple[int, ...]] = []
+        for i, dep in zip(missing, deps, strict=True):
+            known = tuple(None if j in slot else out[j] for j in dep)
+            late = tuple(p for p, j in enumerate(dep) if j in slot)
+            calls.append(_Inputs(jobs[i].compute, known, late) if dep else jobs[i].compute)
+            after.append(tuple(slot[j] for j in dep if j in slot))
+        values = fork_map(calls, workers, meanwhile=imports, after=after)
     if values is None:
-        values = [jobs[i].compute() for i in missing]
+        values = []
+        for i, dep in zip(missing, deps, strict=True):
+            out[i] = jobs[i].compute(*(out[j] for j in dep))
+            values.append(out[i])
     for i, v in zip(missing, values, strict=True):
         out[i] = v
         _store(d, jobs[i], v)

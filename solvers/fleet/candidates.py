@@ -35,6 +35,7 @@ from solvers.fleet.cache import Job, digest, run_jobs
 from solvers.fleet.planning import planning_workload as planning_workload  # re-export
 
 TP_CANDIDATES = (1, 2, 4, 8)
+DOMINATED = "goodput not searched"  # ends the reason of a configuration dominated_by names
 GOODPUT_REL_TOL = 0.01
 DEFAULT_MAX_BATCHED_TOKENS = 8192
 ROLES = ("colocated", "prefill", "decode")
@@ -133,6 +134,26 @@ def _key_device(d: Device) -> Device:
     return replace(d, path="")
 
 
+def dominated_by(tp: int, mu_per_s: float, smaller: Sequence[Candidate | str]) -> str | None:
+    """Why a colocated configuration at TP ``tp`` with service rate ``mu_per_s`` need not
+    be searched, or None: ``k = tp/t`` instances at a smaller TP ``t`` of the same device
+    (the same price: ``k`` a power of two, so the costs are equal to the bit) serve at least
+    ``mu_per_s`` — more than its goodput can be — and the fleet MILP drops it as dominated
+    (:func:`solvers.fleet.prune.prune_dominated`, which then drops what it dominates too)
+    whatever its goodput."""
+    for a in smaller:
+        if isinstance(a, str) or not a.feasible or tp % a.tp:
+            continue
+        k = tp // a.tp
+        if k & (k - 1) == 0 and k * a.goodput_per_instance_per_s >= mu_per_s:
+            return (
+                f"dominated by TP{a.tp}: {k} of its instances serve "
+                f"{k * a.goodput_per_instance_per_s:.3g} req/s at the same price, at least "
+                f"this configuration's service rate {mu_per_s:.3g} req/s ({DOMINATED})"
+            )
+    return None
+
+
 def _evaluate_one(
     model: ModelSpec,
     device: Device,
@@ -141,7 +162,10 @@ def _evaluate_one(
     slo: SLO,
     B: int,
     engine: Engine | None = None,
+    *smaller: Candidate | str,
 ) -> Candidate | str:
+    """The candidate, or why there is none; ``smaller``: the same device's candidates at
+    smaller TP degrees (:func:`dominated_by`)."""
     from perfmodel.serving import service as q
     from perfmodel.serving.goodput import goodput
     from perfmodel.step.instance import Instance
@@ -152,6 +176,9 @@ def _evaluate_one(
         )
     except (InfeasibleError, SpecError) as e:
         return f"{device.id} TP{plan.tp}: {e}"
+    why = dominated_by(plan.tp, sr.rate_per_s, smaller)
+    if why is not None:
+        return f"{device.id} TP{plan.tp}: {why}"
     gp = goodput(sr, slo, rel_tol=GOODPUT_REL_TOL)
     return Candidate(
         device=device,
@@ -177,11 +204,16 @@ def colocated_jobs(
     max_batched_tokens: int = DEFAULT_MAX_BATCHED_TOKENS,
     tps: Sequence[int] = TP_CANDIDATES,
     engine: str | None = None,
+    skip_dominated: bool = True,
 ) -> tuple[list[tuple[Device, Job]], list[str]]:
     """One cacheable evaluation per (device, TP), and the devices rejected outright.
 
     ``engine``: the serving engine, resolved per device (``"auto"``: each device's
-    default; ``None``: the engine-less roofline)."""
+    default; ``None``: the engine-less roofline). ``skip_dominated``: a TP degree's job
+    takes the results of the same device's smaller degrees and is not searched when they
+    dominate it (:func:`dominated_by`; the jobs of one device then run one after another,
+    those of different devices side by side). Off for bucketed plans, whose options are
+    compared per bucket."""
     jobs: list[tuple[Device, Job]] = []
     rejected: list[str] = []
     lw = workload.lengths
@@ -191,19 +223,23 @@ def colocated_jobs(
             rejected.append(f"{dev.id}: no bf16 or fp16 math")
             continue
         eng = engine_for(engine, dev)
-        degrees = tp_degrees(model, dev, tps)
+        degrees = sorted(tp_degrees(model, dev, tps))
         if not degrees:
             rejected.append(f"{dev.id}: no TP degree of {tps} fits its scale-up domain")
+        keys: list[str] = []
         for tp in degrees:
             plan = ParallelPlan(tp=tp, weight_dtype=dt, act_dtype=dt, kv_dtype=dt)
             key = digest(
                 "colocated", model, _key_device(dev), plan, lw.input_tokens, lw.output_tokens,
                 lw.weights, workload.arrival_cv, slo, max_batched_tokens, GOODPUT_REL_TOL, eng,
+                tuple(degrees) if skip_dominated else None,
             )  # fmt: skip
             fn = functools.partial(
                 _evaluate_one, model, dev, plan, workload, slo, max_batched_tokens, eng
             )
-            jobs.append((dev, Job("colocated", key, fn)))
+            after = tuple(keys) if skip_dominated else ()
+            jobs.append((dev, Job("colocated", key, fn, after)))
+            keys.append(key)
     return jobs, rejected
 
 
@@ -279,7 +315,13 @@ def with_buckets(
     """The colocated candidates with their goodput and service rate on every bucket."""
     per_jobs = [
         colocated_jobs(
-            model, b.workload, slo, devices, max_batched_tokens=max_batched_tokens, engine=engine
+            model,
+            b.workload,
+            slo,
+            devices,
+            max_batched_tokens=max_batched_tokens,
+            engine=engine,
+            skip_dominated=False,
         )[0]
         for b in buckets
     ]

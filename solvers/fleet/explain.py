@@ -9,7 +9,7 @@ from hardware.engine import engine_label
 from perfmodel.cost.power import power_model
 from perfmodel.cost.prices import PriceBook
 from perfmodel.units import MS_PER_S
-from solvers.fleet.candidates import Candidate
+from solvers.fleet.candidates import DOMINATED, Candidate
 from solvers.fleet.results import Alternative, Fleet
 
 
@@ -44,16 +44,22 @@ def explain(
     pd: Alternative | None,
     cands: Sequence[Candidate],
     prices: PriceBook,
-    *,
     priced: bool,
+    rejected: Sequence[str] = (),
 ) -> tuple[str, ...]:
-    """Plain-language reasons, each with its numbers."""
+    """Plain-language reasons, each with its numbers (``rejected``: the configurations
+    without a candidate, those left unsearched as dominated among them)."""
     unit = "$/h per req/s" if priced else "devices per req/s"
     why = []
+    unsearched = sum(DOMINATED in r for r in rejected)
     ranked = unit_costs([c for c in cands if c.role == "colocated"], prices, priced=priced)
     if ranked:
         top = ", ".join(f"{c.label} {u:.3g}" for u, c in ranked[:3])
-        why.append(f"cheapest colocated configurations ({unit} of goodput): {top}")
+        why.append(
+            f"cheapest colocated configurations ({unit} of goodput): {top}"
+            + (f" ({unsearched} TP degrees dominated by a smaller one of the same device "
+               "were not searched: see the rejected configurations)" if unsearched else "")
+        )  # fmt: skip
     feas = {k: a for k, a in singles.items() if a.fleet is not None}
     if feas:
         best_t, best = min(feas.items(), key=lambda kv: _cost(kv[1].fleet, priced))  # type: ignore[arg-type]

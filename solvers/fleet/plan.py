@@ -72,6 +72,7 @@ class PlanInputs:
     time_limit_s: float = 10.0
     use_cache: bool = True
     buckets: int = 1  # > 1: route request-size buckets to pools (colocated only)
+    skip_dominated: bool = True  # TPs a smaller one dominates: unsearched (dominated_by)
 
     def __post_init__(self) -> None:
         check_rate(self.rate_per_s)
@@ -103,8 +104,9 @@ def evaluate(inputs: PlanInputs) -> tuple[list[Candidate], list[str]]:
     m, w, slo, devs = inputs.model, inputs.workload, inputs.slo, inputs.devices
     eng = inputs.engine
     jobs, rejected = colocated_jobs(
-        m, w, slo, devs, max_batched_tokens=inputs.max_batched_tokens, engine=eng
-    )
+        m, w, slo, devs, max_batched_tokens=inputs.max_batched_tokens, engine=eng,
+        skip_dominated=inputs.buckets == 1 and inputs.skip_dominated,
+    )  # fmt: skip
     pd = inputs.allow_pd and inputs.buckets == 1
     extra = pd_jobs(m, w, slo, devs, eng) if pd else []
     values = run_jobs(
@@ -201,10 +203,10 @@ def _binding(sol: FleetSolution) -> str:
 def to_fleet(
     sol: FleetSolution, by_name: dict[str, Candidate], inputs: PlanInputs, rate_per_s: float
 ) -> Fleet:
-    """Pools with their share of ``rate_per_s``: split by goodput within a serving path."""
+    """Pools, in the candidates' order, with their share of ``rate_per_s`` (by goodput)."""
     if inputs.buckets > 1:
         return _bucket_fleet(sol, by_name, inputs, rate_per_s)
-    chosen = merge_pools([(by_name[k], n) for k, n in sorted(sol.counts.items()) if n > 0])
+    chosen = merge_pools([(c, sol.counts[k]) for k, c in by_name.items() if sol.counts.get(k)])
     pd_total = sum(sol.pd_rate_per_s.values()) / inputs.headroom
     colo_rate = max(rate_per_s - pd_total, 0.0)
     pools: list[Pool] = []
@@ -236,7 +238,7 @@ def _bucket_fleet(
     of the pool's requests from bucket ``b``)."""
     buckets = size_buckets(inputs.workload, inputs.buckets)
     pools = []
-    for name, n in sorted(sol.counts.items()):
+    for name, n in ((k, sol.counts[k]) for k in by_name if k in sol.counts):
         c = by_name[name]
         rates = [
             rate_per_s * b.weight * sol.share.get((i, name), 0.0) for i, b in enumerate(buckets)
@@ -388,7 +390,7 @@ def plan_fleet(
         disaggregated=pd,
         sensitivity=tuple(sens),
         price_flips=price_flips(rec, singles, inputs.prices) if inputs.priced else (),
-        why=explain(rec, singles, colo, pd, cands, inputs.prices, priced=inputs.priced),
+        why=explain(rec, singles, colo, pd, cands, inputs.prices, inputs.priced, rejected),
         candidates=tuple(cands),
         rejected=tuple(rejected),
         assumptions=assumptions(inputs),

@@ -107,3 +107,23 @@ def test_meanwhile_runs_once_in_the_parent_after_the_fork() -> None:
     assert out is not None
     assert len(_SEEN) == 1 and _SEEN[0] == os.getpid()
     assert all(pid != os.getpid() and seen == 0 for pid, seen in out)
+
+
+def _add(*xs: int) -> int:
+    return sum(xs)
+
+
+def _const(x: int) -> int:
+    return x
+
+
+def test_a_job_takes_the_values_of_the_jobs_it_follows():
+    jobs = [partial(_const, 2), partial(_const, 3), _add, partial(_add, 100), _add]
+    after = [(), (), (0, 1), (2,), (3, 1, 0)]
+    # 2, 3, 2 + 3, 100 + 5, 105 + 3 + 2
+    assert fork_map(jobs, 2, after=after) == [2, 3, 5, 105, 110]
+
+
+def test_after_must_name_earlier_jobs():
+    with pytest.raises(ValueError, match="earlier jobs"):
+        fork_map([_add, partial(_const, 1)], 2, after=[(1,), ()])
