@@ -77,8 +77,22 @@ class Goodput:
         return self.low.tpot_quantile_s
 
 
+class GoodputAtMost(Exception):
+    """The goodput is proven at most ``bound_per_s`` (a rate that misses the SLO, or μ),
+    below the ``ceiling`` the caller asked :func:`goodput` to stop at."""
+
+    def __init__(self, bound_per_s: float) -> None:
+        super().__init__(f"goodput below {bound_per_s:.6g} req/s")
+        self.bound_per_s = bound_per_s
+
+
 def goodput(
-    service: ServiceRate, slo: SLO, *, rel_tol: float = 1e-3, low: Attainment | None = None
+    service: ServiceRate,
+    slo: SLO,
+    *,
+    rel_tol: float = 1e-3,
+    low: Attainment | None = None,
+    ceiling: float | None = None,
 ) -> Goodput:
     """The largest rate in (0, μ) with attainment ≥ ``slo.goal``, to ``rel_tol·μ``.
 
@@ -91,7 +105,9 @@ def goodput(
     without an estimate). Each estimate starts from the one at the bracket's low end
     (``warm``: the highest rate met so far, below every rate tried next). ``low``: the
     attainment at ``μ·10⁻⁴`` when the caller has it already (one at another rate is not
-    used)."""
+    used). ``ceiling``: raise :class:`GoodputAtMost` as soon as a rate at most this misses
+    the SLO (the goodput cannot exceed it: a caller that only needs to know whether it
+    does, the planner's dominance test, stops there)."""
     mu = service.rate_per_s
     lo = mu * 1e-4
     if low is None or low.rate_per_s != lo:
@@ -108,6 +124,8 @@ def goodput(
     b = FalsePosition(lo, mu, _miss(low.attainment, slo.goal), _miss(0.0, slo.goal))
     best, tol, steps = low, rel_tol * mu, 0
     while b.hi - b.lo > tol:
+        if ceiling is not None and b.hi <= ceiling:
+            raise GoodputAtMost(b.hi)
         r = b.point(tol, secant=steps < _BISECT_AFTER)
         steps += 1
         a = slo_attainment(latency(service, r, warm=best.estimate), slo)

@@ -35,7 +35,7 @@ from solvers.fleet.cache import Job, digest, run_jobs
 from solvers.fleet.planning import planning_workload as planning_workload  # re-export
 
 TP_CANDIDATES = (1, 2, 4, 8)
-DOMINATED = "goodput not searched"  # ends the reason of a configuration dominated_by names
+DOMINATED = "goodput not searched to the end"  # ends the reason dominated_by gives
 GOODPUT_REL_TOL = 0.01
 DEFAULT_MAX_BATCHED_TOKENS = 8192
 ROLES = ("colocated", "prefill", "decode")
@@ -134,24 +134,35 @@ def _key_device(d: Device) -> Device:
     return replace(d, path="")
 
 
-def dominated_by(tp: int, mu_per_s: float, smaller: Sequence[Candidate | str]) -> str | None:
-    """Why a colocated configuration at TP ``tp`` with service rate ``mu_per_s`` need not
-    be searched, or None: ``k = tp/t`` instances at a smaller TP ``t`` of the same device
-    (the same price: ``k`` a power of two, so the costs are equal to the bit) serve at least
-    ``mu_per_s`` — more than its goodput can be — and the fleet MILP drops it as dominated
-    (:func:`solvers.fleet.prune.prune_dominated`, which then drops what it dominates too)
-    whatever its goodput."""
+def dominance(tp: int, smaller: Sequence[Candidate | str]) -> tuple[float, Candidate] | None:
+    """The most that ``k = tp/t`` instances of the same device at a smaller TP ``t`` serve
+    (``k·goodput``, the same price: ``k`` a power of two, so the costs are equal to the
+    bit), and that candidate; None if there is none. A configuration at ``tp`` whose
+    goodput is at most this is dominated: the fleet MILP drops it whatever its goodput
+    (:func:`solvers.fleet.prune.prune_dominated`, which then drops what it dominates too)."""
+    best: tuple[float, Candidate] | None = None
     for a in smaller:
         if isinstance(a, str) or not a.feasible or tp % a.tp:
             continue
         k = tp // a.tp
-        if k & (k - 1) == 0 and k * a.goodput_per_instance_per_s >= mu_per_s:
-            return (
-                f"dominated by TP{a.tp}: {k} of its instances serve "
-                f"{k * a.goodput_per_instance_per_s:.3g} req/s at the same price, at least "
-                f"this configuration's service rate {mu_per_s:.3g} req/s ({DOMINATED})"
-            )
-    return None
+        if k & (k - 1) == 0 and (best is None or k * a.goodput_per_instance_per_s > best[0]):
+            best = (k * a.goodput_per_instance_per_s, a)
+    return best
+
+
+def dominated_by(tp: int, bound_per_s: float, smaller: Sequence[Candidate | str]) -> str | None:
+    """Why a colocated configuration at TP ``tp`` whose goodput is at most ``bound_per_s``
+    (its service rate, or a rate that misses the SLO) need not be searched (further), or
+    None (:func:`dominance`)."""
+    d = dominance(tp, smaller)
+    if d is None or d[0] < bound_per_s:
+        return None
+    serve, a = d
+    return (
+        f"dominated by TP{a.tp}: {tp // a.tp} of its instances serve {serve:.3g} req/s at the "
+        f"same price, and this configuration's goodput is below {bound_per_s:.3g} req/s "
+        f"({DOMINATED})"
+    )
 
 
 def _evaluate_one(
@@ -167,7 +178,7 @@ def _evaluate_one(
     """The candidate, or why there is none; ``smaller``: the same device's candidates at
     smaller TP degrees (:func:`dominated_by`)."""
     from perfmodel.serving import service as q
-    from perfmodel.serving.goodput import goodput
+    from perfmodel.serving.goodput import GoodputAtMost, goodput
     from perfmodel.step.instance import Instance
 
     try:
@@ -177,9 +188,14 @@ def _evaluate_one(
     except (InfeasibleError, SpecError) as e:
         return f"{device.id} TP{plan.tp}: {e}"
     why = dominated_by(plan.tp, sr.rate_per_s, smaller)
+    if why is None:
+        d = dominance(plan.tp, smaller)
+        try:
+            gp = goodput(sr, slo, rel_tol=GOODPUT_REL_TOL, ceiling=None if d is None else d[0])
+        except GoodputAtMost as e:
+            why = dominated_by(plan.tp, e.bound_per_s, smaller)
     if why is not None:
         return f"{device.id} TP{plan.tp}: {why}"
-    gp = goodput(sr, slo, rel_tol=GOODPUT_REL_TOL)
     return Candidate(
         device=device,
         tp=plan.tp,

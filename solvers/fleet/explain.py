@@ -57,8 +57,8 @@ def explain(
         top = ", ".join(f"{c.label} {u:.3g}" for u, c in ranked[:3])
         why.append(
             f"cheapest colocated configurations ({unit} of goodput): {top}"
-            + (f" ({unsearched} TP degrees dominated by a smaller one of the same device "
-               "were not searched: see the rejected configurations)" if unsearched else "")
+            + (f" (TP degrees dominated by a smaller one of the same device, not searched "
+               f"to the end: {unsearched}, in the rejected configurations)" if unsearched else "")
         )  # fmt: skip
     feas = {k: a for k, a in singles.items() if a.fleet is not None}
     if feas:

@@ -142,6 +142,17 @@ def test_goodput_unloaded_percentiles_computed_when_read(chat_rate: q.ServiceRat
     assert g.best_tpot_quantile_s == low.tpot_quantile_s(0.9)
 
 
+def test_goodput_stops_once_a_rate_below_the_ceiling_misses(chat_rate: q.ServiceRate) -> None:
+    """``ceiling``: the search stops at the first missing rate at most the ceiling, and the
+    goodput is below that rate; a ceiling below the goodput changes nothing."""
+    slo = SLO(ttft_s=1.0, tpot_s=0.05, percentile=0.9, goal=0.9)
+    g = q_goodput.goodput(chat_rate, slo).rate_per_s
+    with pytest.raises(q_goodput.GoodputAtMost) as e:
+        q_goodput.goodput(chat_rate, slo, ceiling=0.99 * chat_rate.rate_per_s)
+    assert g < e.value.bound_per_s <= 0.99 * chat_rate.rate_per_s
+    assert q_goodput.goodput(chat_rate, slo, ceiling=0.9 * g).rate_per_s == g
+
+
 def test_instances_needed(chat_rate: q.ServiceRate) -> None:
     mu = chat_rate.rate_per_s
     s = q_goodput.instances_needed(chat_rate, 2.5 * mu, target_utilization=0.8)
