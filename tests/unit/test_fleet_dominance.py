@@ -72,3 +72,33 @@ def test_the_skipped_degrees_are_dominated_in_the_full_search(plans: tuple) -> N
                    for a in smaller)  # fmt: skip
         assert any(r.startswith(f"{b.device.id} TP{b.tp}: dominated by TP") for r in skip.rejected)
     assert any("not searched" in w for w in skip.why)
+
+
+@pytest.mark.parametrize("case", ["minimum", "unpriced"])
+def test_skipping_changes_no_fleet_with_minimums_or_without_prices(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A minimum count on one type (the single-type fleets of others are then not taken),
+    and device counts instead of prices: every fleet the same with and without skipping."""
+    from perfmodel.cost.prices import DevicePrice, PriceBook
+
+    monkeypatch.setenv("PERFMODEL_CACHE_DIR", "off")
+    devs = tuple(load_device(d) for d in ("h100-sxm", "b200", "l40s"))
+    book = catalog_prices(devs)
+    if case == "minimum":
+        book = book.override(PriceBook({"h100-sxm": DevicePrice("h100-sxm", None, None, 4)}))
+    else:
+        book = PriceBook({})
+    inp = PlanInputs(
+        load_model("llama-3.1-8b"), planning_workload("code"), SLO(0.5, 0.05, 0.9, 0.9), 60.0,
+        devs, book, allow_pd=False,
+    )  # fmt: skip
+    skip, full = plan_fleet(inp), plan_fleet(dataclasses.replace(inp, skip_dominated=False))
+    assert len(skip.candidates) < len(full.candidates)
+    assert _timeless(skip.recommendation) == _timeless(full.recommendation)
+    for t, alt in full.best_single_device.items():
+        assert _timeless(skip.best_single_device[t].fleet) == _timeless(alt.fleet)
+    assert skip.sensitivity == full.sensitivity
+    if case == "minimum":
+        assert sum(p.devices for p in skip.recommendation.pools
+                   if p.candidate.device.id == "h100-sxm") >= 4  # fmt: skip
