@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 from typing import Any
 
 import numpy as np
@@ -372,8 +372,9 @@ def decode_goodput(profile: DecodeProfile, slo: SLO) -> PhaseGoodput:
     goodput = PhaseGoodput.of(cfg, cap, link_cap, profile.kv_capacity_tokens)
     if floor > slo.tpot_s:
         return goodput(
-            0.0, "tpot", floor, floor, f"unloaded p{q * 100:g} TPOT is {floor * MS_PER_S:.2f} ms"
-        )
+            0.0, "tpot", floor, partial(float, floor),
+            f"unloaded p{q * 100:g} TPOT is {floor * MS_PER_S:.2f} ms",
+        )  # fmt: skip
     hi = cap * 1.05
     rate = max_rate(lambda r: profile.tpot_cdf(r, slo.tpot_s) >= q, hi)
     free_rate = max_rate(
@@ -382,12 +383,11 @@ def decode_goodput(profile: DecodeProfile, slo: SLO) -> PhaseGoodput:
     )
     limiter = profile.slot_limit if free_rate > 1.02 * rate else "tpot"
     nbar = profile.mean_batch(rate) or profile.slots
-    quant = _tpot_quantile(profile, rate, q)
     return goodput(
         rate,
         limiter,
         floor,
-        quant,
+        partial(_tpot_quantile, profile, rate, q),
         f"{rate:.3g} req/s with a mean batch of {nbar:.1f} of {profile.slots:.0f} slots",
     )
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -268,16 +269,15 @@ def prefill_goodput(profile: PrefillProfile, slo: SLO, *, model: ModelSpec) -> P
             0.0,
             limiter,
             floor,
-            floor,
+            partial(float, floor),
             f"unloaded p{q * 100:g} TTFT is {floor * MS_PER_S:.1f} ms (KV transfer "
             f"{x_q * MS_PER_S:.1f} ms of it over {profile.link.name})",
         )
     rate = max_rate(lambda r: profile.ttft_cdf(r, slo.ttft_s) >= q, cap)
-    quant = profile.ttft_quantile_s(rate, q)
     return goodput(
         rate,
         limiter,
         floor,
-        quant,
+        partial(profile.ttft_quantile_s, rate, q),
         f"{rate:.3g} req/s at {rate / cap:.0%} of the prefill capacity {cap:.3g} req/s",
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from functools import partial
 
 import numpy as np
 import pytest
@@ -41,7 +42,9 @@ OPT = load_model("opt-13b")
 
 def _good(phase: str, tp: int, rate: float, link: float = 1e9) -> PhaseGoodput:
     cfg = PhaseConfig(phase, A100, ParallelPlan(tp))
-    return PhaseGoodput(cfg, True, rate, rate / tp, rate * 2, link, "x", 0.0, 0.0, 1, "")
+    return PhaseGoodput(
+        cfg, True, rate, rate / tp, rate * 2, link, "x", 0.0, partial(float, 0.0), 1, ""
+    )
 
 
 @settings(max_examples=30)

@@ -63,6 +63,25 @@ def test_prefill_goodput_searched_once_per_transfer(monkeypatch: pytest.MonkeyPa
             assert got == prefill_goodput(p, SLO_, model=MODEL)
 
 
+def test_phase_quantile_at_goodput_computed_when_read() -> None:
+    """The percentile latency at a phase's goodput is not searched until it is read;
+    read, it is the profile's own quantile there."""
+    import solvers.pd.enumerate as en
+
+    lengths = fixed_lengths(512, 128)
+    kw = {"prefill_devices": [H100], "decode_devices": [H100]}
+    memo: dict = {}  # type: ignore[type-arg]
+    opts = evaluate_options(MODEL, lengths, SLO_, memo=memo, **kw)  # type: ignore[arg-type]
+    po = en.profile_options(MODEL, lengths, memo=memo, **kw)  # type: ignore[arg-type]
+    ((cls, entries),) = list(po.prefill.items())[:1]
+    got, (_, prof) = opts.prefill[cls][0], entries[0]
+    assert got.feasible and "quantile_at_goodput_s" not in vars(got)
+    assert got.quantile_at_goodput_s == prof.ttft_quantile_s(got.rate_per_s, SLO_.percentile)
+    dec = next(g for gs in opts.decode.values() for g in gs if g.feasible)
+    assert "quantile_at_goodput_s" not in vars(dec)
+    assert 0 < dec.quantile_at_goodput_s <= SLO_.tpot_s
+
+
 @pytest.mark.slow  # about 10 s on an idle machine
 def test_length_sweep_cells_equal_cells_alone() -> None:
     sweep = length_sweep(MODEL, [H100], SLO_, inputs=[128, 512], outputs=[32, 256])
