@@ -78,8 +78,10 @@ def fork_map(
     ex: Any = None
     futures: dict[Any, int] = {}
 
-    def submit(i: int) -> None:
-        futures[ex.submit(_call, jobs[i], *(out[j] for j in deps[i]))] = i
+    def submit(i: int) -> Any:
+        f = ex.submit(_call, jobs[i], *(out[j] for j in deps[i]))
+        futures[f] = i
+        return f
 
     try:
         ctx = multiprocessing.get_context("fork")
@@ -104,10 +106,8 @@ def fork_map(
                 if on_result is not None:
                     on_result(i)
             ready = [i for i in waiting if all(ended[j] for j in deps[i])]
-            for i in ready:
-                waiting.remove(i)
-                submit(i)
-            pending |= {f for f, i in futures.items() if i in ready}
+            waiting = [i for i in waiting if i not in ready]
+            pending |= {submit(i) for i in ready}
     except BrokenProcessPool:  # a worker died (killed, out of memory)
         _kill(ex)
         return None

@@ -32,10 +32,11 @@ from perfmodel.plan import ParallelPlan
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
 from solvers.fleet.cache import Job, digest, run_jobs
+from solvers.fleet.milp import FleetOption
 from solvers.fleet.planning import planning_workload as planning_workload  # re-export
+from solvers.fleet.prune import dominates
 
 TP_CANDIDATES = (1, 2, 4, 8)
-DOMINATED = "goodput not searched to the end"  # ends the reason dominated_by gives
 GOODPUT_REL_TOL = 0.01
 DEFAULT_MAX_BATCHED_TOKENS = 8192
 ROLES = ("colocated", "prefill", "decode")
@@ -134,34 +135,52 @@ def _key_device(d: Device) -> Device:
     return replace(d, path="")
 
 
+class Unsearched(str):
+    """Why a configuration has no candidate because it is dominated (:func:`dominated_by`):
+    a rejection reason that says its goodput was not searched to the end."""
+
+    __slots__ = ()
+
+
+def _unit_option(tp: int, goodput_per_s: float) -> FleetOption:
+    """A colocated instance at TP ``tp`` of one device type, priced per device."""
+    return FleetOption(f"tp{tp}", "one device type", tp, float(tp), goodput_per_s=(goodput_per_s,))
+
+
 def dominance(tp: int, smaller: Sequence[Candidate | str]) -> tuple[float, Candidate] | None:
-    """The most that ``k = tp/t`` instances of the same device at a smaller TP ``t`` serve
-    (``k·goodput``, the same price: ``k`` a power of two, so the costs are equal to the
-    bit), and that candidate; None if there is none. A configuration at ``tp`` whose
-    goodput is at most this is dominated: the fleet MILP drops it whatever its goodput
-    (:func:`solvers.fleet.prune.prune_dominated`, which then drops what it dominates too)."""
+    """The largest goodput a configuration at TP ``tp`` can have and still be dominated
+    (the fleet MILP's own rule, :func:`solvers.fleet.prune.dominates`: ``k`` instances
+    of a smaller TP ``t`` of the same device, ``k = tp/t``, at no more cost), and the
+    candidate that dominates it; None if none does. ``k`` must be a power of two: then
+    ``k·(price·t)`` equals ``price·tp`` to the bit whatever the price, so the verdict
+    holds in every priced MILP. The MILP drops a dominated option whatever its goodput
+    (and what it would have dominated, the smaller one dominates too)."""
     best: tuple[float, Candidate] | None = None
     for a in smaller:
         if isinstance(a, str) or not a.feasible or tp % a.tp:
             continue
         k = tp // a.tp
-        if k & (k - 1) == 0 and (best is None or k * a.goodput_per_instance_per_s > best[0]):
-            best = (k * a.goodput_per_instance_per_s, a)
+        top = k * a.goodput_per_instance_per_s
+        if k & (k - 1) or (best is not None and top <= best[0]):
+            continue
+        if dominates(_unit_option(a.tp, a.goodput_per_instance_per_s), _unit_option(tp, top),
+                      frozenset()):  # fmt: skip
+            best = (top, a)
     return best
 
 
 def dominated_by(tp: int, bound_per_s: float, smaller: Sequence[Candidate | str]) -> str | None:
-    """Why a colocated configuration at TP ``tp`` whose goodput is at most ``bound_per_s``
+    """Why a colocated configuration at TP ``tp`` whose goodput is below ``bound_per_s``
     (its service rate, or a rate that misses the SLO) need not be searched (further), or
     None (:func:`dominance`)."""
     d = dominance(tp, smaller)
     if d is None or d[0] < bound_per_s:
         return None
     serve, a = d
-    return (
+    return Unsearched(
         f"dominated by TP{a.tp}: {tp // a.tp} of its instances serve {serve:.3g} req/s at the "
         f"same price, and this configuration's goodput is below {bound_per_s:.3g} req/s "
-        f"({DOMINATED})"
+        "(goodput not searched to the end)"
     )
 
 
@@ -195,7 +214,7 @@ def _evaluate_one(
         except GoodputAtMost as e:
             why = dominated_by(plan.tp, e.bound_per_s, smaller)
     if why is not None:
-        return f"{device.id} TP{plan.tp}: {why}"
+        return Unsearched(f"{device.id} TP{plan.tp}: {why}")
     return Candidate(
         device=device,
         tp=plan.tp,

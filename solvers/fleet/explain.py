@@ -9,7 +9,7 @@ from hardware.engine import engine_label
 from perfmodel.cost.power import power_model
 from perfmodel.cost.prices import PriceBook
 from perfmodel.units import MS_PER_S
-from solvers.fleet.candidates import DOMINATED, Candidate
+from solvers.fleet.candidates import Candidate, Unsearched
 from solvers.fleet.results import Alternative, Fleet
 
 
@@ -51,7 +51,7 @@ def explain(
     without a candidate, those left unsearched as dominated among them)."""
     unit = "$/h per req/s" if priced else "devices per req/s"
     why = []
-    unsearched = sum(DOMINATED in r for r in rejected)
+    unsearched = sum(isinstance(r, Unsearched) for r in rejected)
     ranked = unit_costs([c for c in cands if c.role == "colocated"], prices, priced=priced)
     if ranked:
         top = ", ".join(f"{c.label} {u:.3g}" for u, c in ranked[:3])

@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from solvers.fleet.milp import FleetOption
 
 
-def _dominates(a: FleetOption, b: FleetOption, free: frozenset[str]) -> bool:
+def dominates(a: FleetOption, b: FleetOption, free: frozenset[str]) -> bool:
     """``k`` instances of ``a`` replace one of ``b`` at no more cost and no less capacity.
 
     Same role and PD class; the same device type, or two types ``free`` of caps and
@@ -42,7 +42,7 @@ def prune_dominated(
     options: Sequence[FleetOption], *, free_types: frozenset[str] = frozenset()
 ) -> tuple[FleetOption, ...]:
     """Drop options that whole instances of another option replace exactly
-    (:func:`_dominates`): the optimum is unchanged, the MILP smaller."""
+    (:func:`dominates`): the optimum is unchanged, the MILP smaller."""
     keep: list[FleetOption] = []
     idx = {id(o): i for i, o in enumerate(options)}
     # only options of the same role and PD class can dominate one another
@@ -51,8 +51,8 @@ def prune_dominated(
         peers.setdefault((o.role, o.pd_class), []).append(o)
     for b in options:
         if any(
-            _dominates(a, b, free_types)
-            and not (_dominates(b, a, free_types) and idx[id(b)] < idx[id(a)])
+            dominates(a, b, free_types)
+            and not (dominates(b, a, free_types) and idx[id(b)] < idx[id(a)])
             for a in peers[(b.role, b.pd_class)]
         ):
             continue

@@ -5,6 +5,7 @@ with the same answers and a fifth of the time."""
 from __future__ import annotations
 
 import dataclasses
+import pickle
 from collections.abc import Iterator
 
 import pytest
@@ -13,7 +14,7 @@ from hardware.device import load_device
 from perfmodel.cost.prices import catalog_prices
 from perfmodel.model import load_model
 from perfmodel.workload.slo import SLO
-from solvers.fleet.candidates import Candidate, dominated_by, planning_workload
+from solvers.fleet.candidates import Candidate, Unsearched, dominated_by, planning_workload
 from solvers.fleet.plan import PlanInputs, plan_fleet
 
 H100 = load_device("h100-sxm")
@@ -71,7 +72,10 @@ def test_the_skipped_degrees_are_dominated_in_the_full_search(plans: tuple) -> N
         assert any((b.tp // a.tp) * a.goodput_per_instance_per_s >= b.goodput_per_instance_per_s
                    for a in smaller)  # fmt: skip
         assert any(r.startswith(f"{b.device.id} TP{b.tp}: dominated by TP") for r in skip.rejected)
-    assert any("not searched" in w for w in skip.why)
+    unsearched = [r for r in skip.rejected if isinstance(r, Unsearched)]
+    assert len(unsearched) == len(gone)
+    assert all(isinstance(pickle.loads(pickle.dumps(r)), Unsearched) for r in unsearched)  # cache
+    assert f"not searched to the end: {len(gone)}," in skip.why[0]
 
 
 @pytest.mark.parametrize("case", ["minimum", "unpriced"])

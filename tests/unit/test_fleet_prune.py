@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from solvers.fleet.milp import FleetOption
-from solvers.fleet.prune import _dominates, prune_dominated
+from solvers.fleet.prune import dominates, prune_dominated
 
 
 def _all_pairs(options: tuple[FleetOption, ...], free: frozenset[str]) -> tuple[FleetOption, ...]:
@@ -16,7 +16,7 @@ def _all_pairs(options: tuple[FleetOption, ...], free: frozenset[str]) -> tuple[
         b
         for b in options
         if not any(
-            _dominates(a, b, free) and not (_dominates(b, a, free) and idx[id(b)] < idx[id(a)])
+            dominates(a, b, free) and not (dominates(b, a, free) and idx[id(b)] < idx[id(a)])
             for a in options
         )
     )
