@@ -24,6 +24,9 @@ app = typer.Typer(
     no_args_is_help=True,
 )
 
+#: a phase diagram wider than this many columns is printed as a map of regime symbols
+TABLE_MAX_COLUMNS = 6
+
 HwOpt = Annotated[str, typer.Option(help="Device id or TOML path (prefill, and decode).")]
 DecHwOpt = Annotated[
     str | None, typer.Option(help="Device for decode instances (default: --hardware).")
@@ -336,6 +339,10 @@ def phase_cmd(
         typer.echo(
             f"\n{d.model} on {d.device}: {d.y_label} (rows) x {d.x_label} (cols), {d.context}"
         )
+        if len(d.xs) > TABLE_MAX_COLUMNS:  # a table of cells would not fit a terminal
+            typer.echo("\n".join(d.regime_map()))
+            typer.echo(d.summary(gains=len(d.ys) <= TABLE_MAX_COLUMNS))
+            continue
         rows = []
         for y in d.ys:
             row: list[Any] = [f"{y * MS_PER_S:g}" if d.kind == "slo" else f"{y:g}"]
