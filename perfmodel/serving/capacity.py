@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from perfmodel.serving.goodput import Goodput, Sizing, goodput, instances_needed
+from perfmodel.serving.goodput import Goodput, Sizing, goodput, instances_needed, slo_attainment
 from perfmodel.serving.latency import LatencyEstimate
 from perfmodel.serving.remedy import Change, cheapest_change, explain_infeasible, practical
 from perfmodel.serving.service import EngineLimits, ServiceRate, Stability, latency, stability
@@ -141,7 +141,9 @@ def capacity(
     if rate_per_s is None:
         trace = workload.trace
         rate_per_s = trace.rate_per_s if trace is not None else DEFAULT_LOAD * sr.rate_per_s
-    gp = goodput(sr, slo)
+    lat = latency(sr, rate_per_s)
+    # the operating point is one end of the goodput's bracket (an estimate saved or more)
+    gp = goodput(sr, slo, known=slo_attainment(lat, slo) if lat.stable else None)
     size = instances_needed(
         sr,
         rate_per_s,
@@ -170,7 +172,7 @@ def capacity(
         rate_per_s=rate_per_s,
         service=sr,
         stability=stability(sr, rate_per_s),
-        latency=latency(sr, rate_per_s),
+        latency=lat,
         goodput=gp,
         sizing=size,
     )

@@ -6,6 +6,7 @@ Built on :mod:`perfmodel.serving.service` (service rate, stability, latency at a
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 
@@ -61,10 +62,21 @@ class Goodput:
     per_device_rate_per_s: float
     slo: SLO
     at_goodput: Attainment | None
-    best_attainment: float  # at a vanishing rate
     explanation: str
-    #: the SLO check at a vanishing rate (its percentiles are computed when first read)
-    low: Attainment = field(repr=False, compare=False)
+    #: the SLO check at a vanishing rate, when first read (a search that started from a
+    #: rate known to meet the goal did not need it)
+    unloaded: Callable[[], Attainment] = field(repr=False, compare=False)
+
+    @cached_property
+    def low(self) -> Attainment:
+        """The SLO check at a vanishing rate (``μ·10⁻⁴``; its percentiles are computed
+        when first read)."""
+        return self.unloaded()
+
+    @property
+    def best_attainment(self) -> float:
+        """The attainment at a vanishing rate."""
+        return self.low.attainment
 
     @property
     def best_ttft_quantile_s(self) -> float:
@@ -93,6 +105,7 @@ def goodput(
     rel_tol: float = 1e-3,
     low: Attainment | None = None,
     ceiling: float | None = None,
+    known: Attainment | None = None,
 ) -> Goodput:
     """The largest rate in (0, μ) with attainment ≥ ``slo.goal``, to ``rel_tol·μ``.
 
@@ -107,22 +120,40 @@ def goodput(
     attainment at ``μ·10⁻⁴`` when the caller has it already (one at another rate is not
     used). ``ceiling``: raise :class:`GoodputAtMost` as soon as a rate at most this misses
     the SLO (the goodput cannot exceed it: a caller that only needs to know whether it
-    does, the planner's dominance test, stops there)."""
+    does, the planner's dominance test, stops there). ``known``: the SLO check at a rate
+    in ``(μ·10⁻⁴, μ)`` the caller has estimated already (``capacity``'s operating point):
+    one end of the bracket — the low one when it meets the goal (the unloaded check is
+    then not estimated unless read), else the high one. The guarantee is the same; the
+    answer may move within the tolerance, as the search's path is another."""
     mu = service.rate_per_s
     lo = mu * 1e-4
-    if low is None or low.rate_per_s != lo:
-        low = slo_attainment(latency(service, lo), slo)
-    answer = partial(Goodput, slo=slo, best_attainment=low.attainment, low=low)
-    if not low.meets_goal or not service.largest_request_fits:
-        return answer(
-            feasible=False,
-            rate_per_s=0.0,
-            per_device_rate_per_s=0.0,
-            at_goodput=None,
-            explanation=_no_rate(low, slo),
+    if known is not None and not lo < known.rate_per_s < mu:
+        known = None
+    if low is not None and low.rate_per_s != lo:
+        low = None
+    top = (mu, _miss(0.0, slo.goal))  # the bracket's high end: μ fails without an estimate
+    if known is not None and known.meets_goal and service.largest_request_fits:
+        best = known
+        unloaded: Callable[[], Attainment] = (
+            partial(_unloaded, service, slo, lo) if low is None else partial(_given, low)
         )
-    b = FalsePosition(lo, mu, _miss(low.attainment, slo.goal), _miss(0.0, slo.goal))
-    best, tol, steps = low, rel_tol * mu, 0
+    else:
+        best = low = low or _unloaded(service, slo, lo)
+        unloaded = partial(_given, low)
+    answer = partial(Goodput, slo=slo, unloaded=unloaded)
+    if best is low:
+        if not low.meets_goal or not service.largest_request_fits:
+            return answer(
+                feasible=False,
+                rate_per_s=0.0,
+                per_device_rate_per_s=0.0,
+                at_goodput=None,
+                explanation=_no_rate(low, slo),
+            )
+        if known is not None:  # a miss: the goodput is below it
+            top = (known.rate_per_s, max(_miss(known.attainment, slo.goal), 1e-12))
+    b = FalsePosition(best.rate_per_s, top[0], _miss(best.attainment, slo.goal), top[1])
+    tol, steps = rel_tol * mu, 0
     while b.hi - b.lo > tol:
         if ceiling is not None and b.hi <= ceiling:
             raise GoodputAtMost(b.hi)
@@ -143,6 +174,15 @@ def goodput(
             f"{best.attainment:.1%} there"
         ),
     )
+
+
+def _unloaded(service: ServiceRate, slo: SLO, rate_per_s: float) -> Attainment:
+    """The SLO check at the search's vanishing rate."""
+    return slo_attainment(latency(service, rate_per_s), slo)
+
+
+def _given(a: Attainment) -> Attainment:
+    return a
 
 
 _MISS_FLOOR = 1e-12  # 1 − A below this counts as this (ln of a miss probability)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -140,6 +141,43 @@ def test_goodput_unloaded_percentiles_computed_when_read(chat_rate: q.ServiceRat
     assert g.low.rate_per_s == low.rate_per_s
     assert g.best_ttft_quantile_s == low.ttft_quantile_s(0.9)
     assert g.best_tpot_quantile_s == low.tpot_quantile_s(0.9)
+
+
+def test_goodput_from_a_known_rate(
+    chat_rate: q.ServiceRate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``known``, a rate already estimated, is one end of the bracket: meeting the goal it
+    is the low end and the unloaded estimate is not taken (until read); missing it, the
+    high end. Either way the guarantee holds (the answer meets the goal, a rate within
+    the tolerance above it misses), so the answer is the plain search's to the tolerance."""
+    slo = SLO(ttft_s=1.0, tpot_s=0.05, percentile=0.9, goal=0.9)
+    mu, tol = chat_rate.rate_per_s, 1e-3 * chat_rate.rate_per_s
+    plain = q_goodput.goodput(chat_rate, slo)
+    real = q_goodput.latency
+    rates: list[float] = []
+
+    def counted(sr: q.ServiceRate, r: float, **kw: Any) -> Any:
+        rates.append(r)
+        return real(sr, r, **kw)
+
+    monkeypatch.setattr(q_goodput, "latency", counted)
+    for frac in (0.5, 0.99):  # below the goodput (meets), above it (misses)
+        known = q_goodput.slo_attainment(real(chat_rate, frac * mu), slo)
+        assert known.meets_goal == (frac == 0.5)
+        rates.clear()
+        g = q_goodput.goodput(chat_rate, slo, known=known)
+        assert g.feasible and abs(g.rate_per_s - plain.rate_per_s) <= tol
+        assert g.at_goodput is not None and g.at_goodput.meets_goal
+        if known.meets_goal:  # every estimate above it, none unloaded
+            assert rates and min(rates) > known.rate_per_s and "low" not in vars(g)
+            assert len(rates) < 5  # the plain search: the unloaded estimate and 5 more
+            assert g.low.rate_per_s == mu * 1e-4  # estimated when read
+            assert g.best_attainment == g.low.attainment and rates[-1] == mu * 1e-4
+        else:  # the unloaded estimate, then every one below it
+            assert rates[0] == mu * 1e-4 and max(rates[1:]) < known.rate_per_s
+    # a known rate outside (μ·10⁻⁴, μ) is not used: the plain search, bit for bit
+    far = q_goodput.slo_attainment(real(chat_rate, mu * 1e-5), slo)
+    assert q_goodput.goodput(chat_rate, slo, known=far).rate_per_s == plain.rate_per_s
 
 
 def test_goodput_stops_once_a_rate_below_the_ceiling_misses(chat_rate: q.ServiceRate) -> None:
