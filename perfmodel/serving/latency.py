@@ -98,6 +98,9 @@ class _LengthAtoms:
     ctx_sq_tokens2: float  # E[Σ_{j≤o−1} (s + j − 1)²]: for the decode-batch noise
 
 
+#: the percentiles of the latency tables (p50, p90, p99)
+TABLE_PERCENTILES = (0.5, 0.9, 0.99)
+
 _ATOMS: dict[int, tuple[LengthDistribution, _LengthAtoms]] = {}
 _ATOMS_KEPT = 16
 
@@ -143,30 +146,39 @@ class LatencyEstimate:
     point: OperatingPoint | None = field(default=None, repr=False, compare=False)
 
     # The percentiles are computed when first read: a goodput search reads only the CDFs
-    # at the SLO targets of most of the rates it tries.
+    # at the SLO targets of most of the rates it tries. A table's three are searched
+    # together when one of them is first read (one search of three quantiles).
     @cached_property
+    def _ttft_table_s(self) -> list[float]:
+        return self._ttft.quantiles(TABLE_PERCENTILES)
+
+    @cached_property
+    def _tpot_table_s(self) -> list[float]:
+        return self._tpot.quantiles(TABLE_PERCENTILES)
+
+    @property
     def ttft_p50_s(self) -> float:
-        return self.ttft_quantile_s(0.5)
+        return self._ttft_table_s[0]
 
-    @cached_property
+    @property
     def ttft_p90_s(self) -> float:
-        return self.ttft_quantile_s(0.9)
+        return self._ttft_table_s[1]
 
-    @cached_property
+    @property
     def ttft_p99_s(self) -> float:
-        return self.ttft_quantile_s(0.99)
+        return self._ttft_table_s[2]
 
-    @cached_property
+    @property
     def tpot_p50_s(self) -> float:
-        return self.tpot_quantile_s(0.5)
+        return self._tpot_table_s[0]
 
-    @cached_property
+    @property
     def tpot_p90_s(self) -> float:
-        return self.tpot_quantile_s(0.9)
+        return self._tpot_table_s[1]
 
-    @cached_property
+    @property
     def tpot_p99_s(self) -> float:
-        return self.tpot_quantile_s(0.99)
+        return self._tpot_table_s[2]
 
     def ttft_quantile_s(self, q: float) -> float:
         return self._ttft.quantile(q)

@@ -1,5 +1,6 @@
-"""Mixture.quantile (bisection tree, several halvings per CDF call) returns what one
-halving per CDF evaluation returns, bit for bit; the CDF is scipy's gamma mixture."""
+"""Mixture.quantile (bisection tree, several halvings per CDF call) and Mixture.quantiles
+(several quantiles' trees in one CDF call) return what one halving per CDF evaluation
+returns, bit for bit; the CDF is scipy's gamma mixture."""
 
 from __future__ import annotations
 
@@ -45,6 +46,28 @@ def test_tree_quantile_is_the_sequential_bisection(seed: int) -> None:
         assert m.quantile(q) == _sequential(m, q)
 
 
+@pytest.mark.parametrize("seed", range(6, 12))
+def test_quantiles_searched_together_are_each_sequential_bisection(seed: int) -> None:
+    """Several quantiles in lockstep (the trees of those still searching, one CDF call
+    per round): each is its own sequential bisection, whatever the others and the order."""
+    m = _mixture(seed)
+    qs = (0.99, 0.5, 0.9, 0.001, 0.5)
+    assert m.quantiles(qs) == [_sequential(m, q) for q in qs]
+    assert m.quantiles(()) == []
+    calls: list[int] = []
+    real = m._cdf_rows
+    object.__setattr__(m, "_cdf_rows", lambda xs: calls.append(len(xs)) or real(xs))
+    rounds = []
+    for q in qs:
+        calls.clear()
+        m.quantile(q)
+        rounds.append(len(calls))
+    calls.clear()
+    m.quantiles(qs)
+    # one call per round, as many rounds as the longest search (~45 halvings, 3 a round)
+    assert len(calls) == max(rounds) and calls[0] == 7 * len(qs)
+
+
 def test_cdf_is_the_gamma_mixture() -> None:
     m = _mixture(11)
     for x in (0.0, 0.05, 0.12, 0.3, 1.0):
@@ -55,3 +78,4 @@ def test_cdf_is_the_gamma_mixture() -> None:
         ref = float(np.dot(m.weights, np.where(y < 0, 0.0, (1 - m.p) + m.p * inner)))
         assert m.cdf(x) == pytest.approx(ref, rel=1e-12, abs=1e-15)
     assert math.isinf(Mixture(*(np.ones(1),) * 5, unbounded=True).quantile(0.5))
+    assert Mixture(*(np.ones(1),) * 5, unbounded=True).quantiles((0.5, 0.9)) == [math.inf] * 2
