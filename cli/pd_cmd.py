@@ -17,7 +17,6 @@ from cli.options import (
     DEFAULT_WORKLOAD,
     SloPercentileOpt,
 )
-from perfmodel.units import MS_PER_S
 
 app = typer.Typer(
     help="Prefill/decode disaggregation: P:D ratio and parallelism under TTFT/TPOT SLOs.",
@@ -345,7 +344,7 @@ def phase_cmd(
             continue
         rows = []
         for y in d.ys:
-            row: list[Any] = [f"{y * MS_PER_S:g}" if d.kind == "slo" else f"{y:g}"]
+            row: list[Any] = [d.shown(y)]
             for x in d.xs:
                 c = d.cell(x, y)
                 row.append(
@@ -354,7 +353,7 @@ def phase_cmd(
                     else c.regime
                 )
             rows.append(row)
-        heads = [f"{x * MS_PER_S:g}" if d.kind == "slo" else f"{x:g}" for x in d.xs]
+        heads = [d.shown(x) for x in d.xs]
         typer.echo(table(rows, [d.y_label + " \\ " + d.x_label, *heads]))
         typer.echo(d.summary())
     typer.echo(f"\nwrote {out}")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from perfmodel.units import MS_PER_S
 from reports.html import figure_html
 from reports.pd_plot import PDPhaseDiagram
 
@@ -17,10 +16,6 @@ _SHORT = {
     "colocated-only": "CO only",
     "infeasible": "none",
 }
-
-
-def _fmt_axis(d: PDPhaseDiagram, v: float) -> str:
-    return f"{v * MS_PER_S:g}" if d.kind == "slo" else f"{v:g}"
 
 
 def _panel_note(z: list[list[float | None]]) -> str:
@@ -120,11 +115,11 @@ def phase_figure(diagrams: Sequence[PDPhaseDiagram]) -> Any:
             )  # fmt: skip
         for col in (1, 2):
             fig.update_xaxes(
-                title_text=d.x_label, tickvals=xi, ticktext=[_fmt_axis(d, x) for x in d.xs],
+                title_text=d.x_label, tickvals=xi, ticktext=[d.shown(x) for x in d.xs],
                 range=[-0.5, len(xi) - 0.5], row=row, col=col,
             )  # fmt: skip
             fig.update_yaxes(
-                title_text=d.y_label, tickvals=yi, ticktext=[_fmt_axis(d, y) for y in d.ys],
+                title_text=d.y_label, tickvals=yi, ticktext=[d.shown(y) for y in d.ys],
                 range=[-0.5, len(yi) - 0.5], row=row, col=col,
             )  # fmt: skip
     fig.update_layout(

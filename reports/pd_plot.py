@@ -119,20 +119,18 @@ class PDPhaseDiagram:
             out.append((x, top))
         return tuple(out)
 
-    @property
-    def _unit(self) -> float:
-        """Factor from the axes' SI values to the shown ones (ms on an SLO diagram)."""
-        return MS_PER_S if self.kind == "slo" else 1.0
+    def shown(self, v: float) -> str:
+        """An axis value as printed and drawn: ms on an SLO diagram, tokens else."""
+        return f"{v * MS_PER_S:g}" if self.kind == "slo" else f"{v:g}"
 
     def regime_map(self) -> list[str]:
         """The regimes as a character map, for a grid too wide for a table of cells: a
         header, one line per ``y`` (its value, then a :data:`REGIME_SYMBOLS` symbol per
         ``x``, in the order of ``xs``) and the legend."""
-        unit = self._unit
-        ys = [f"{y * unit:g}" for y in self.ys]
+        ys = [self.shown(y) for y in self.ys]
         width = max(len(self.y_label), *(len(y) for y in ys))
-        first, last = self.xs[0] * unit, self.xs[-1] * unit
-        lines = [f"{self.y_label:<{width}}  {self.x_label} {first:g} … {last:g} ({len(self.xs)})"]
+        span = f"{self.shown(self.xs[0])} … {self.shown(self.xs[-1])} ({len(self.xs)})"
+        lines = [f"{self.y_label:<{width}}  {self.x_label} {span}"]
         for y, label in zip(self.ys, ys, strict=True):
             row = "".join(REGIME_SYMBOLS[self.cell(x, y).regime] for x in self.xs)
             lines.append(f"{label:>{width}}  {row}")
@@ -142,29 +140,28 @@ class PDPhaseDiagram:
     def summary(self, *, gains: bool = True) -> str:
         """One line per column: where disaggregation stops winning, with the gains (each
         cell's with ``gains``, else their range: for a tall grid)."""
-        unit = self._unit
         lines = []
         for x, top in self.boundary():
             col = sorted((c for c in self.cells if c.x == x), key=lambda c: c.y)
-            gains_txt = ", ".join(
-                f"{c.y * unit:g}: {c.gain:.2f}x" if c.gain else f"{c.y * unit:g}: {c.regime}"
-                for c in col
-            )
-            if not gains:
-                both = [c.gain for c in col if c.gain]
-                gains_txt = (
-                    f"gains {min(both):.2f}x to {max(both):.2f}x"
-                    if both
-                    else "no cell where both meet the SLO"
+            both = [c.gain for c in col if c.gain]
+            if gains:
+                each = ", ".join(
+                    f"{self.shown(c.y)}: {c.gain:.2f}x"
+                    if c.gain
+                    else f"{self.shown(c.y)}: {c.regime}"
+                    for c in col
                 )
+                told = f"gain by {self.y_label}: {each}"
+            elif both:
+                told = f"gains {min(both):.2f}x to {max(both):.2f}x"
             else:
-                gains_txt = f"gain by {self.y_label}: {gains_txt}"
+                told = "no cell where both meet the SLO"
             where = (
                 "colocated wins at every " + self.y_label
                 if top is None
-                else f"disaggregation wins up to {self.y_label} {top * unit:g}"
+                else f"disaggregation wins up to {self.y_label} {self.shown(top)}"
             )
-            lines.append(f"{self.x_label} {x * unit:g}: {where} ({gains_txt})")
+            lines.append(f"{self.x_label} {self.shown(x)}: {where} ({told})")
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
