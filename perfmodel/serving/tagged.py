@@ -84,14 +84,72 @@ def _mirrored_transform(
     return out
 
 
+class TaggedStart:
+    """What the tagged request's arrival and wait give, from the chain alone: its full
+    iterations, the law of the state at its last prefill iteration and of the one its
+    decode steps start from (``ξ``), and ``ξ·T^j`` as far as a profile has asked for
+    them (kept: the operating point's fixed point evaluates profiles of new ``τ₊`` on
+    the same chain, and each is then one product per step)."""
+
+    def __init__(self, chain: BacklogChain) -> None:
+        self.chain = chain
+        self.full_iterations, self.start = _arrival(chain)
+        self.last_prefill_s = float(self.start @ chain.step_s)
+        self.laws = [chain.transition(self.start)]  # ξ·T^j, j = 0, 1, …
+
+    def law(self, j: int) -> Arr:
+        """``ξ·T^j``."""
+        while len(self.laws) <= j:
+            self.laws.append(self.chain.transition(self.laws[-1]))
+        return self.laws[j]
+
+
 def tagged_request(
-    chain: BacklogChain, *, decode_step_s: Arr, max_steps: int, rel_tol: float = 1e-4
+    chain: BacklogChain,
+    *,
+    decode_step_s: Arr,
+    max_steps: int,
+    rel_tol: float = 1e-4,
+    start: TaggedStart | None = None,
 ) -> TaggedRequest:
     """TTFT components and the decode-step profile of a typical request.
 
     ``decode_step_s`` is ``τ₊`` per state (the iteration time with the request itself
     among the decodes); ``max_steps`` bounds the profile (the largest ``o − 1``).
+    ``start``: :class:`TaggedStart` of ``chain`` when the caller has it (the same answer).
     """
+    if start is None or start.chain is not chain:
+        start = TaggedStart(chain)
+    G, pi, tau = chain.per_budget, chain.stationary, chain.step_s
+    # decode profile: E_j = ξ·T^{j−1}·τ₊, ξ = start·T, until it reaches the stationary
+    # value; after PROFILE_STEPS its remaining excess is extrapolated geometrically with
+    # the ratio of the last two excesses (the chain's slowest mode)
+    limit = float(pi @ decode_step_s)
+    prof: list[float] = []
+    ratio = 0.0
+    for j in range(max(min(int(max_steps), PROFILE_STEPS), 1)):
+        e = float(start.law(j) @ decode_step_s)
+        prof.append(e)
+        if abs(e - limit) <= rel_tol * limit:
+            break
+    else:
+        if len(prof) >= 2 and abs(prof[-2] - limit) > 0:
+            ratio = min(max((prof[-1] - limit) / (prof[-2] - limit), 0.0), 0.9999)
+    return TaggedRequest(
+        residual_s=chain.mean_residual_s,
+        full_iterations=start.full_iterations,
+        full_wait_s=start.full_iterations * float(tau[G]),
+        last_prefill_s=start.last_prefill_s,
+        decode_step_s=np.asarray(prof),
+        stationary_step_s=limit,
+        tail_ratio=ratio,
+        start_law=start.laws[0],
+    )
+
+
+def _arrival(chain: BacklogChain) -> tuple[float, Arr]:
+    """``E[m − 1]`` and the law of the state at the start of the request's last prefill
+    iteration (see the module docstring of :mod:`perfmodel.serving.prefill_chain`)."""
     G, lam = chain.per_budget, chain.rate_per_s
     pi, tau, T, f = chain.stationary, chain.step_s, chain.transition, chain.prompt_pmf
     n = pi.size
@@ -144,34 +202,7 @@ def tagged_request(
     for z in reversed(zs[:-1]):
         start = T(start) + z
     start /= start.sum()
-    last = float(start @ tau)
-    # decode profile: E_j = ξ·T^{j−1}·τ₊, ξ = start·T, until it reaches the stationary
-    # value; after PROFILE_STEPS its remaining excess is extrapolated geometrically with
-    # the ratio of the last two excesses (the chain's slowest mode)
-    xi = T(start)
-    start_law = xi
-    limit = float(pi @ decode_step_s)
-    prof: list[float] = []
-    ratio = 0.0
-    for _ in range(max(min(int(max_steps), PROFILE_STEPS), 1)):
-        e = float(xi @ decode_step_s)
-        prof.append(e)
-        if abs(e - limit) <= rel_tol * limit:
-            break
-        xi = T(xi)
-    else:
-        if len(prof) >= 2 and abs(prof[-2] - limit) > 0:
-            ratio = min(max((prof[-1] - limit) / (prof[-2] - limit), 0.0), 0.9999)
-    return TaggedRequest(
-        residual_s=chain.mean_residual_s,
-        full_iterations=full_iters,
-        full_wait_s=full_iters * float(tau[G]),
-        last_prefill_s=last,
-        decode_step_s=np.asarray(prof),
-        stationary_step_s=limit,
-        tail_ratio=ratio,
-        start_law=start_law,
-    )
+    return full_iters, start
 
 
 #: lags of the iteration-time autocovariance followed at most (it decays geometrically
