@@ -75,7 +75,7 @@ from perfmodel.serving.servemix import (
     compress_atoms,
     lumped_iteration,
 )
-from perfmodel.serving.tagged import start_dispersion, step_autocovariance, sum_variance
+from perfmodel.serving.tagged import decode_variance
 from perfmodel.step.batch import Batch
 from perfmodel.step.instance import Instance
 from perfmodel.workload.lengths import LengthDistribution
@@ -271,9 +271,8 @@ def estimate_latency(
     ttft = ttft_mixture(
         s_w, d_s, chain, p_busy=p_busy, others_s=others, memory_wait_s=w_m, c_mem=c_mem
     )
-    cov = step_autocovariance(chain, tau_plus)
     n_pos = np.maximum(n_all, 1.0)
-    var_n = sum_variance(cov, n_pos) + start_dispersion(chain, tag.start_law, tau_plus, n_pos)
+    var_n = decode_variance(chain, tag.start_law, tau_plus, n_pos)
     var_n = var_n + n_pos**2 * _batch_noise(inst, atoms, m, lam, op.decoders, n_pos, w_all)
     tpot, p_multi, e2e_decode_s = tpot_mixture(op.tpot_s, n_all, w_all, tau_plus, var_n)
     ttft_mean = ttft.mean()

@@ -170,7 +170,9 @@ class Transition:
         self._back_hat: NDArray[np.complex128] | None = None  # conj(Â_G), when first asked
 
     def __call__(self, x: Arr) -> Arr:
-        """``x·T`` for a row vector (or the rows of a 2-D array) over the states."""
+        """``x·T`` for a law (a non-negative row vector, or the rows of a 2-D array) over
+        the states: the FFT's round-off below zero is clipped, which a signed vector
+        would not survive (its products go through :meth:`backward`: ``(x·T)·f = x·(T·f)``)."""
         G, n = self.per_budget, self.states
         # an explicit product-sum (no BLAS call: its threads stall on a busy machine)
         y = (x[..., : G + 1, None] * self.arrivals).sum(axis=-2)

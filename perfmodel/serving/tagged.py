@@ -217,20 +217,9 @@ def step_autocovariance(chain: BacklogChain, step_s: Arr, *, rel_tol: float = 1e
     a long iteration lets more prompts arrive, so the next one is long too. The variance
     of the sum of ``n`` of them is ``n·c_0 + 2·Σ_{k<n}(n − k)·c_k`` (a stationary Markov
     reward; Kemeny & Snell, *Finite Markov Chains*, 1960, §4.6), computed as
-    ``c_k = (π∘f̃)·T^k·f̃`` with ``f̃ = τ − E_π[τ]``.
+    ``c_k = (π∘f̃)·T^k·f̃`` with ``f̃ = τ − E_π[τ]`` (:func:`decode_variance`'s iterates).
     """
-    pi = chain.stationary
-    f = step_s - float(pi @ step_s)
-    y = pi * f
-    c = [float(y @ f)]
-    if c[0] <= 0:
-        return np.zeros(1)
-    for _ in range(MAX_COVARIANCE_LAGS):
-        y = chain.transition(y)
-        c.append(float(y @ f))
-        if abs(c[-1]) <= rel_tol * c[0]:
-            break
-    return np.asarray(c)
+    return _DecodeSums(chain, step_s, rel_tol).covariance()
 
 
 def sum_variance(cov: Arr, steps: Arr) -> Arr:
@@ -252,22 +241,61 @@ def start_dispersion(chain: BacklogChain, start_law: Arr, step_s: Arr, steps: Ar
     from ``ξ`` instead — right behind the prompts that queued during its own wait, the
     backlog is large or not — so its variance is ``sum_variance − Var_π(H_n) +
     Var_ξ(H_n)``. Returns ``Var_ξ(H_n) − Var_π(H_n)`` for each ``n`` in ``steps``; it
-    dominates when outputs are short (code: 70 % of outputs under 20 tokens).
+    dominates when outputs are short (code: 70 % of outputs under 20 tokens). The
+    variances are of ``H_n − n·E_π[τ₊]`` (the same, without the cancellation).
     """
-    pi = chain.stationary
-    n_max = int(min(max(float(np.max(steps, initial=1.0)), 1.0), PROFILE_STEPS))
-    g = step_s.astype(np.float64)
-    h = np.zeros_like(g)
-    diff = np.zeros(n_max)
-    mean = float(pi @ g)
-    for j in range(n_max):
-        h = h + g
-        var_xi = float(start_law @ (h * h)) - float(start_law @ h) ** 2
-        var_pi = float(pi @ (h * h)) - float(pi @ h) ** 2
-        diff[j] = var_xi - var_pi
-        if float(np.max(np.abs(g - mean))) <= 1e-6 * mean:
-            diff[j + 1 :] = diff[j]
-            break
-        g = chain.transition.backward(g)
-    idx = np.clip(np.asarray(steps, dtype=np.int64) - 1, 0, n_max - 1)
-    return np.asarray(diff[idx])
+    return _DecodeSums(chain, step_s).dispersion(start_law, steps)
+
+
+def decode_variance(chain: BacklogChain, start_law: Arr, step_s: Arr, steps: Arr) -> Arr:
+    """``Var`` of the total time of a request's ``n`` decode iterations, for each ``n`` in
+    ``steps``: :func:`sum_variance` of :func:`step_autocovariance` plus
+    :func:`start_dispersion`, both from one sequence of iterates ``T^k·f̃`` (the
+    autocovariance's ``c_k = (π∘f̃)·T^k·f̃`` is the dot product of the dispersion's
+    ``k``-th term with ``π∘f̃``): one backward product per lag instead of a forward and a
+    backward one."""
+    sums = _DecodeSums(chain, step_s)
+    disp = sums.dispersion(start_law, steps)
+    return sum_variance(sums.covariance(), steps) + disp
+
+
+class _DecodeSums:
+    """The iterates ``g_k = T^k·f̃``, ``f̃ = τ₊ − E_π[τ₊]``, as far as asked for."""
+
+    def __init__(self, chain: BacklogChain, step_s: Arr, rel_tol: float = 1e-4) -> None:
+        self.chain, self.rel_tol = chain, rel_tol
+        self.mean = float(chain.stationary @ step_s)
+        self.iterates = [step_s.astype(np.float64) - self.mean]
+
+    def iterate(self, k: int) -> Arr:
+        while len(self.iterates) <= k:
+            self.iterates.append(self.chain.transition.backward(self.iterates[-1]))
+        return self.iterates[k]
+
+    def covariance(self) -> Arr:
+        y = self.chain.stationary * self.iterates[0]
+        c = [float(y @ self.iterates[0])]
+        if c[0] <= 0:
+            return np.zeros(1)
+        for k in range(1, MAX_COVARIANCE_LAGS + 1):
+            c.append(float(y @ self.iterate(k)))
+            if abs(c[-1]) <= self.rel_tol * c[0]:
+                break
+        return np.asarray(c)
+
+    def dispersion(self, start_law: Arr, steps: Arr) -> Arr:
+        pi = self.chain.stationary
+        n_max = int(min(max(float(np.max(steps, initial=1.0)), 1.0), PROFILE_STEPS))
+        h = np.zeros_like(self.iterates[0])
+        diff = np.zeros(n_max)
+        for j in range(n_max):
+            g = self.iterate(j)
+            h = h + g
+            var_xi = float(start_law @ (h * h)) - float(start_law @ h) ** 2
+            var_pi = float(pi @ (h * h)) - float(pi @ h) ** 2
+            diff[j] = var_xi - var_pi
+            if float(np.max(np.abs(g))) <= 1e-6 * self.mean:
+                diff[j + 1 :] = diff[j]
+                break
+        idx = np.clip(np.asarray(steps, dtype=np.int64) - 1, 0, n_max - 1)
+        return np.asarray(diff[idx])
