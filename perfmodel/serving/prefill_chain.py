@@ -57,6 +57,7 @@ from functools import cache
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
+from perfmodel.serving.chain_tail import TAIL_MASS, regrown_levels, tail_rate
 from perfmodel.serving.servemix import RequestMoments
 from perfmodel.serving.stationary import stationary
 from perfmodel.step.batch import Batch
@@ -70,9 +71,6 @@ GRID_PER_BUDGET = 32  # G: grid points per budget B' (64 changes the means by < 
 
 
 MAX_LEVELS = 128  # the state space is at most this many budgets
-
-
-TAIL_MASS = 1e-7  # stationary mass allowed in the top budget of the grid
 
 
 V_NODES = 4  # Gauss–Legendre nodes for the arrival position (8 moves the means < 0.1 %)
@@ -342,18 +340,21 @@ def solve_chain(
     if drift >= 1:
         return None
     # the backlog above B' is a random walk with drift −(1 − drift)·G per iteration: its
-    # stationary mean is O(1/(1 − drift)) budgets; start there and double until the top
-    # budget holds a negligible mass
+    # stationary mean is O(1/(1 − drift)) budgets; start there and regrow the grid by its
+    # tail (regrown_levels) until the top budget holds a negligible mass
     levels = max(
         min_levels, 2 * math.ceil(f.size / G) + 2, min(math.ceil(2 / (1 - drift)), MAX_LEVELS)
     )
+    theta: float | None = None  # the tail's decay rate, if a grid is regrown
     while True:
         n = levels * G + 1
         arrivals = compound_poisson(lam * tau, f, n)
         pi = stationary(arrivals)
         if pi[n - G :].sum() < TAIL_MASS or levels >= MAX_LEVELS:
             break
-        levels = min(2 * levels, MAX_LEVELS)
+        if theta is None:
+            theta = tail_rate(lam * float(tau[G]), f, G)
+        levels = min(regrown_levels(pi, levels, G, theta), MAX_LEVELS)
     return BacklogChain(
         rate_per_s=lam,
         decode_seqs=decode_seqs,

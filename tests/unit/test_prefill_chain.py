@@ -7,11 +7,13 @@ import pytest
 from scipy import stats
 
 from perfmodel.serving.prefill_chain import (
+    TAIL_MASS,
     BacklogChain,
     Transition,
     compound_poisson,
     grid_pmf,
     solve_chain,
+    tail_rate,
 )
 from perfmodel.serving.tagged import tagged_request
 
@@ -115,3 +117,64 @@ def test_overloaded_prompts_are_not_recurrent() -> None:
     lam_edge = G / (full * 10)  # prompts of 10 grid steps
     assert _affine_chain(a, c, delta, G, 10, 1.01 * lam_edge) is None
     assert _affine_chain(a, c, delta, G, 10, 0.9 * lam_edge) is not None
+
+
+def test_tail_rate_of_unit_jumps_is_lambert_w() -> None:
+    """Unit jumps, one grid step per budget: ``r(e^θ − 1) = θ``, whose positive root is
+    ``θ = −W₋₁(−r·e^{−r}) − r`` (the principal branch gives the trivial root 0)."""
+    from scipy.special import lambertw
+
+    for r in (0.2, 0.5, 0.9):
+        exact = float(np.real(-lambertw(-r * np.exp(-r), -1))) - r
+        assert tail_rate(r, np.array([0.0, 1.0]), 1) == pytest.approx(exact, rel=1e-6)
+    assert tail_rate(1.2, np.array([0.0, 1.0]), 1) == 0.0  # drifts up: no tail
+
+
+def test_the_backlog_decays_at_the_tail_rate() -> None:
+    """``log π(u)`` falls with slope ``−θ`` through the grid (two-atom prompts of 4.3
+    budgets, a busy engine): fitted over the upper half below the top budget."""
+    G = 16
+    f = grid_pmf(np.array([1100]), np.array([1.0]), 16.0)  # 68.75 grid steps
+    tau = 0.02 + 0.0004 * np.arange(G + 1)
+    lam = 0.8 * G / (tau[G] * np.dot(np.arange(f.size), f))
+    ch = solve_chain(tau, f, rate_per_s=lam, decode_seqs=0.0, budget_tokens=16.0 * G)
+    assert ch is not None
+    theta = tail_rate(lam * tau[G], f, G)
+    # budget masses (smooth out the lattice of the prompt size), then their decay per step
+    mass = ch.stationary[: ch.levels * G].reshape(ch.levels, G).sum(axis=1)
+    half = np.arange(ch.levels // 2, ch.levels - 1)
+    slope = np.polyfit(half * G, np.log(mass[half]), 1)[0]
+    assert -slope == pytest.approx(theta, rel=0.03)
+
+
+def test_a_regrown_grid_costs_less_than_doubling(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prompts of 4.3 budgets at drift 0.5, from a first grid of 12 budgets: regrown by
+    the tail (12 -> 48 -> 58 budgets) the solves cost 0.48 of doubling's (12 -> 24 -> 48 ->
+    96, the work of a solve ~ states²), and the top budget still holds < TAIL_MASS."""
+    import perfmodel.serving.prefill_chain as pc
+
+    real = pc.stationary
+
+    def run() -> tuple[list[int], BacklogChain]:
+        solves: list[int] = []
+
+        def counted(arrivals: np.ndarray) -> np.ndarray:
+            solves.append(arrivals.shape[1])
+            return real(arrivals)
+
+        monkeypatch.setattr(pc, "stationary", counted)
+        G = 16
+        f = grid_pmf(np.array([1100]), np.array([1.0]), 16.0)
+        tau = 0.02 + 0.0004 * np.arange(G + 1)
+        lam = 0.5 * G / (tau[G] * np.dot(np.arange(f.size), f))
+        ch = solve_chain(tau, f, rate_per_s=lam, decode_seqs=0.0, budget_tokens=16.0 * G)
+        assert ch is not None and ch.stationary[-G:].sum() < TAIL_MASS
+        return solves, ch
+
+    regrown, _ = run()
+    monkeypatch.setattr(pc, "regrown_levels", lambda pi, levels, G, theta: 2 * levels)
+    doubled, _ = run()
+    assert [(n - 1) // 16 for n in regrown] == [12, 48, 58]
+    assert [(n - 1) // 16 for n in doubled] == [12, 24, 48, 96]
+    work = sum(n * n for n in regrown) / sum(n * n for n in doubled)
+    assert work == pytest.approx(0.48, abs=0.02)
