@@ -52,7 +52,11 @@ DECODERS_TOL = 1e-6
 DECODER_STEPS = 8
 
 #: a secant step of ``n_d`` goes at most this many fixed-point steps at once
-GROW = 8.0
+GROW = 4.0
+
+#: a one-sided secant step goes this fraction of the way to the secant's root (from below:
+#: it stays below a first root that the line predicts, rather than skip it)
+SHORT = 0.9
 
 MAX_CHAIN_EVALUATIONS = 80
 
@@ -253,12 +257,14 @@ def _next_n_d(
             h_hi *= 0.5 ** (illinois - 1)
         elif illinois <= -2:
             h_lo *= 0.5 ** (-illinois - 1)
-        return (lo.n_d * h_hi - hi.n_d * h_lo) / (h_hi - h_lo), False
+        x = (lo.n_d * h_hi - hi.n_d * h_lo) / (h_hi - h_lo)
+        return min(x, lo.n_d + GROW * lo.h), False  # the lowest root first
     if lo.h is not None:  # from below
         step = lo.h
         if secant and len(below) >= 2 and below[-2].h > below[-1].h:
             a, b = below[-2], below[-1]
-            step = min(max(b.h * (b.n_d - a.n_d) / (a.h - b.h), lo.h), GROW * lo.h)
+            step = SHORT * b.h * (b.n_d - a.n_d) / (a.h - b.h)
+            step = min(max(step, lo.h), GROW * lo.h)
         cap = budget - 1 if math.isinf(hi.n_d) else hi.n_d
         step = min(step, 0.5 * (cap - lo.n_d))
         return lo.n_d + step, step > lo.h
@@ -266,7 +272,8 @@ def _next_n_d(
         step = hi.h
         if secant and len(above) >= 2 and above[-2].h < above[-1].h:
             a, b = above[-2], above[-1]
-            step = max(min(b.h * (b.n_d - a.n_d) / (a.h - b.h), hi.h), GROW * hi.h)
+            step = SHORT * b.h * (b.n_d - a.n_d) / (a.h - b.h)
+            step = max(min(step, hi.h), GROW * hi.h)
         step = max(step, -0.5 * (hi.n_d - lo.n_d))
         return hi.n_d + step, step < hi.h
     return 0.5 * (lo.n_d + hi.n_d), False
@@ -318,12 +325,19 @@ def operating_point(
     last tagged request), and after it the current ``n_d`` is evaluated again on its
     cached chain. The fixed point may not be unique — an MoE step grows fast with the
     decodes as more experts are read, and a second, spurious crossing lies above the
-    physical one — and the search finds the physical one from below: the light-load
-    guess and a lower rate's point are both below it, its fixed-point steps do not pass
-    the root, and a secant step that passes a crossing without changing the residual's
-    sign is taken as a bound, not a point below. Near the critical rate the secant could
-    overshoot into overload, which is a bound too (the old per-coordinate iteration took
-    it for instability).
+    physical one; near the critical rate the engine's padding of the decode batch makes
+    ``b̄`` step with ``n_d`` and the residual cross zero several times (three crossings
+    between 725 and 830 decodes for Llama-3.1-8B, 128/184 tokens, at 97 % of μ) — and
+    the search finds the lowest, where a load rising from zero settles: the light-load
+    guess and a lower rate's point are below it, its fixed-point steps do not pass it,
+    its secant steps from one side go :data:`SHORT` of the way to the line's root and at
+    most :data:`GROW` fixed-point steps, a secant step that keeps the residual's sign but
+    not its trend is not taken, and a bracket's false position is held to the same
+    reach from its low end. Overload (no recurrent chain) is a bound, not instability
+    (the old per-coordinate iteration overshot into it and called such rates unstable).
+    Which crossing is found is itself a tolerance near μ: goodputs there move by up to
+    5 % against that iteration's (37 of 400 cells of a 20 × 20 length diagram, none
+    changing regime).
 
     ``warm``: the point at a lower rate of the same instance and workload (continuation in
     the rate: a search evaluates nearby rates one after another); it starts from the

@@ -120,3 +120,15 @@ def test_a_kept_tagged_start_gives_the_same_request(chat: q.ServiceRate) -> None
     assert (kept.full_wait_s, kept.last_prefill_s, kept.tail_ratio) == (
         fresh.full_wait_s, fresh.last_prefill_s, fresh.tail_ratio,
     )  # fmt: skip
+
+
+def test_the_lowest_of_several_roots() -> None:
+    """Prompts of 128 tokens, outputs of 184, at 85.94 req/s (96.9 % of μ): the residual
+    of ``n_d`` crosses zero three times, near 725 (down), 768 (up) and 830 (down) — the
+    engine pads the decode batch, so ``b̄`` steps with ``n_d`` (probed by hand over
+    650-890). The physical point is the lowest, where a load rising from zero settles;
+    a secant step from 641 decodes once jumped to 872 and the bracket closed on 830."""
+    sv = _service(Workload("fixed-128-184", fixed_lengths(128, 184)))
+    est = q.latency(sv, 85.9411)
+    assert est.decode_batch == pytest.approx(725.2, rel=2e-3)
+    _check_equations(sv, est)
