@@ -11,7 +11,8 @@ from ``perfmodel.step.step_time``. The model, at arrival rate ``λ``:
   stationary law gives the mean iteration ``b̄ = E_π[τ]``. The decode population comes
   from Little's law twice (see :func:`operating_point`): ``n_d = λ·b̄·E[o − 1]/P(busy)``
   per iteration, ``N̄ = λ·E[(o − 1)·TPOT]`` in time, ``P(busy) = 1 − exp(−(N̄ +
-  λ·E[TTFT]))`` (residents as in M/G/∞); solved as a fixed point with secant steps.
+  λ·E[TTFT]))`` (residents as in M/G/∞); solved as a nested fixed point (``N̄`` on each
+  chain, ``n_d`` by a bracketed secant: :func:`operating_point`).
 * **TTFT** (Palm calculus on the chain): the residual ``E_π[τ²]/(2E_π[τ])`` of the
   iteration in progress (times ``P(busy)``), the full iterations spent on the prompt
   tokens ahead of the request, and the iteration that emits its first token — which also
