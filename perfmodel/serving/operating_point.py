@@ -192,8 +192,8 @@ class _FixedPoint:
         ``h`` grew; from above, it fell) is not taken: it may have passed a second
         crossing (an MoE step's spurious one), and a fixed-point step follows instead."""
         lo, hi = _Side(0.0), _Side(math.inf)
-        below: list[_Eval] = []  # accepted points with h > 0 (in order), and with h < 0
-        above: list[_Eval] = []
+        below: list[_Eval] = []  # the accepted points with h > 0, in order
+        above: list[_Eval] = []  # and with h < 0
         best: _Eval | None = None
         x, secant, illinois = n_d, False, 0
         for _ in range(MAX_CHAIN_EVALUATIONS):
@@ -221,7 +221,7 @@ class _FixedPoint:
                 # coarsening), or on overload
                 return best if hi.h is not None else None
             x, secant = _next_n_d(lo, hi, below, above, illinois, self.B, not rejected)
-        return best  # not converged (has not happened in validation): the best point
+        return best  # not converged in MAX_CHAIN_EVALUATIONS: the point of least |h|
 
 
 def _lost_trend(e: _Eval, lo: _Side, hi: _Side) -> bool:
