@@ -17,6 +17,7 @@ from perfmodel.serving.prefill_chain import (
     BacklogChain,
     PromptLaw,
     backlog_chain,
+    per_state,
     prefill_step_s,
 )
 from perfmodel.serving.servemix import (
@@ -123,11 +124,7 @@ class _FixedPoint:
         if chain is None or chain.plus_step_s is None:
             return None
         self.levels = max(self.levels, chain.levels)
-        G, plus = chain.per_budget, chain.plus_step_s
-        self.chains[n_d] = hit = (
-            chain,
-            np.concatenate([plus, np.full(chain.states - G - 1, plus[G])]),
-        )
+        self.chains[n_d] = hit = (chain, per_state(chain.plus_step_s, chain.states))
         return hit
 
     def evaluate(self, n_d: float, *, exact: bool) -> _Eval | None:
@@ -279,10 +276,9 @@ def _plus_step_s(
 ) -> Arr:
     """``τ₊`` per state of ``chain``: its iteration with ``decoders + 1`` decodes (the
     request itself and the others), on the chain's grid and constant above ``B'``."""
-    G = chain.per_budget
-    grid = np.arange(G + 1) * chain.grid_tokens
+    grid = chain.prompt_grid_tokens
     t = prefill_step_s(inst, m, prompts, prompt_tokens=grid, decode_seqs=decoders + 1)
-    return np.concatenate([t, np.full(chain.states - G - 1, t[G])])
+    return per_state(t, chain.states)
 
 
 def operating_point(

@@ -196,6 +196,13 @@ class Transition:
         return out
 
 
+def per_state(at_grid: Arr, states: int) -> Arr:
+    """A function of ``P = min(U, B')``, given at the grid's ``G + 1`` points
+    ``0, δ, …, B'``, at every state ``U`` of a chain of ``states`` (constant above ``B'``)."""
+    G = at_grid.size - 1
+    return np.concatenate([at_grid, np.full(states - G - 1, at_grid[G])])
+
+
 @dataclass(frozen=True)
 class BacklogChain:
     """The prefill-backlog chain at one operating point (see the module docstring)."""
@@ -214,6 +221,11 @@ class BacklogChain:
     @property
     def states(self) -> int:
         return int(self.stationary.size)
+
+    @property
+    def prompt_grid_tokens(self) -> Arr:
+        """``P = 0, δ, …, B'``: the prompt tokens an iteration may carry, on the grid."""
+        return np.arange(self.per_budget + 1, dtype=np.float64) * self.grid_tokens
 
     @property
     def levels(self) -> int:
@@ -361,7 +373,7 @@ def solve_chain(
         budget_tokens=budget_tokens,
         grid_tokens=budget_tokens / G,
         per_budget=G,
-        step_s=np.concatenate([tau, np.full(n - G - 1, tau[G])]),
+        step_s=per_state(tau, n),
         prompt_pmf=f,
         transition=Transition(arrivals),
         stationary=pi,

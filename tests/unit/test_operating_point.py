@@ -52,7 +52,7 @@ def _check_equations(sv: q.ServiceRate, est: q.LatencyEstimate) -> None:
     # n_d = λ·b̄·E[o − 1]/P(busy)
     assert lam * chain.mean_step_s * m.decode_steps / op.busy == pytest.approx(n_d, rel=TOL)
     # τ₊ is the step with N̄ + 1 decodes on the chain's grid, to the bit
-    grid = np.arange(chain.per_budget + 1) * chain.grid_tokens
+    grid = chain.prompt_grid_tokens
     tau = prefill_step_s(
         sv.instance, m, atoms.prompts, prompt_tokens=grid, decode_seqs=op.decoders + 1
     )
