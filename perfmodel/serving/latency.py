@@ -54,6 +54,7 @@ The simulator (:mod:`perfmodel.simulate`) measures what this neglects
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
@@ -137,10 +138,12 @@ class LatencyEstimate:
     prefill_wait_s: float  # TTFT beyond the lone prefill D(s), except the KV wait
     memory_wait_s: float
     ttft_mean_s: float
-    tpot_mean_s: float
     e2e_mean_s: float
     _ttft: Mixture
-    _tpot: Mixture
+    #: the TPOT law, or what computes it when first read: a goodput search whose TTFT
+    #: misses at a rate decides that rate without it (its variance is a chain product
+    #: per lag)
+    _tpot_law: Mixture | Callable[[], Mixture] = field(repr=False, compare=False)
     prefill_iteration_fraction: float = 1.0  # iterations carrying prompt tokens: 1 − π(0)
     full_iteration_fraction: float = 1.0  # iterations whose prompt tokens fill B − n_d
     first_decode_step_s: float = math.inf  # E[τ₊] of a request's first decode iteration
@@ -149,6 +152,15 @@ class LatencyEstimate:
     # The percentiles are computed when first read: a goodput search reads only the CDFs
     # at the SLO targets of most of the rates it tries. A table's three are searched
     # together when one of them is first read (one search of three quantiles).
+    @cached_property
+    def _tpot(self) -> Mixture:
+        law = self._tpot_law
+        return law if isinstance(law, Mixture) else law()
+
+    @property
+    def tpot_mean_s(self) -> float:
+        return self._tpot.mean()
+
     @cached_property
     def _ttft_table_s(self) -> list[float]:
         return self._ttft.quantiles(TABLE_PERCENTILES)
@@ -237,7 +249,7 @@ def estimate_latency(
     )
     if op is None:
         return _unbounded(lam)
-    chain, tag, tau_plus = op.chain, op.tagged, op.decode_step_s
+    chain, tag = op.chain, op.tagged
     b = chain.mean_step_s
     n_d = chain.decode_seqs
     s_vals, s_w = atoms.prompt_tokens, atoms.prompt_weights
@@ -272,10 +284,8 @@ def estimate_latency(
     ttft = ttft_mixture(
         s_w, d_s, chain, p_busy=p_busy, others_s=others, memory_wait_s=w_m, c_mem=c_mem
     )
-    n_pos = np.maximum(n_all, 1.0)
-    var_n = decode_variance(chain, tag.start_law, tau_plus, n_pos)
-    var_n = var_n + n_pos**2 * _batch_noise(inst, atoms, m, lam, op.decoders, n_pos, w_all)
-    tpot, p_multi, e2e_decode_s = tpot_mixture(op.tpot_s, n_all, w_all, tau_plus, var_n)
+    law = _TpotLaw(inst, atoms, m, lam, op, n_all, w_all)
+    _, p_multi, e2e_decode_s = law.mixture(np.zeros(n_all.size))  # the E2E mean: no variance
     ttft_mean = ttft.mean()
     return LatencyEstimate(
         rate_per_s=lam,
@@ -287,15 +297,39 @@ def estimate_latency(
         prefill_wait_s=residual + others,
         memory_wait_s=w_m,
         ttft_mean_s=ttft_mean,
-        tpot_mean_s=tpot.mean(),
         e2e_mean_s=ttft_mean + p_multi * e2e_decode_s,
         _ttft=ttft,
-        _tpot=tpot,
+        _tpot_law=law,
         prefill_iteration_fraction=chain.prefill_fraction,
         full_iteration_fraction=chain.full_fraction,
         first_decode_step_s=float(tag.decode_step_s[0]),
         point=op,
     )
+
+
+@dataclass(frozen=True)
+class _TpotLaw:
+    """The TPOT mixture of one estimate, computed when called (a picklable callable: an
+    estimate may be cached on disk before its TPOT law is read)."""
+
+    inst: Instance
+    atoms: _LengthAtoms
+    m: RequestMoments
+    rate_per_s: float
+    op: OperatingPoint
+    n_all: Arr
+    w_all: Arr
+
+    def mixture(self, var_n: Arr) -> tuple[Mixture, float, float]:
+        """:func:`tpot_mixture` with the variance ``var_n`` of each atom's decode time."""
+        op = self.op
+        return tpot_mixture(op.tpot_s, self.n_all, self.w_all, op.decode_step_s, var_n)
+
+    def __call__(self) -> Mixture:
+        op, n_pos, lam = self.op, np.maximum(self.n_all, 1.0), self.rate_per_s
+        var_n = decode_variance(op.chain, op.tagged.start_law, op.decode_step_s, n_pos)
+        noise = _batch_noise(self.inst, self.atoms, self.m, lam, op.decoders, n_pos, self.w_all)
+        return self.mixture(var_n + n_pos**2 * noise)[0]
 
 
 def _batch_noise(
@@ -335,4 +369,4 @@ def _unbounded(lam: float) -> LatencyEstimate:
     inf = math.inf
     z = np.zeros(1)
     mix = Mixture(z + 1, z, z, z + 1, z, unbounded=True)
-    return LatencyEstimate(lam, False, inf, inf, inf, inf, inf, inf, inf, inf, inf, mix, mix)
+    return LatencyEstimate(lam, False, inf, inf, inf, inf, inf, inf, inf, inf, mix, mix)

@@ -45,7 +45,8 @@ class ColocatedMemo:
 
     services: dict[tuple[str, int], ServiceRate | None] = field(default_factory=dict)
     estimates: dict[tuple[str, int], dict[float, LatencyEstimate]] = field(default_factory=dict)
-    #: (TTFT, TPOT) quantiles of the estimates by (rate, percentile): SLO-free as well
+    #: (TTFT, TPOT) quantiles of the estimates by (rate, percentile), SLO-free as well (NaN:
+    #: not computed; a TPOT quantile is not while the TTFT quantile misses the target)
     quantiles: dict[tuple[str, int], dict[tuple[float, float], tuple[float, float]]] = field(
         default_factory=dict
     )
@@ -71,11 +72,19 @@ class _Meets:
 
     def _load(self, rate: float, est: LatencyEstimate) -> float:
         """``max(TTFT quantile / target, TPOT quantile / target)``: ≤ 1 iff the SLO is met
-        (:func:`slo_attainment`'s percentile check)."""
+        (:func:`slo_attainment`'s percentile check); where the TTFT quantile misses its
+        target, that ratio alone (the TPOT law is not computed: the verdict is the same,
+        only :meth:`predict` may place the next estimate elsewhere)."""
         q = self.slo.percentile
-        if (rate, q) not in self.quantiles:
-            self.quantiles[rate, q] = (est.ttft_quantile_s(q), est.tpot_quantile_s(q))
-        tq, pq = self.quantiles[rate, q]
+        tq, pq = self.quantiles.get((rate, q), (math.nan, math.nan))
+        if math.isnan(tq):
+            tq = est.ttft_quantile_s(q)
+        if math.isnan(pq) and tq <= self.slo.ttft_s:
+            pq = est.tpot_quantile_s(q)
+        self.quantiles[rate, q] = (tq, pq)
+        if math.isnan(pq):
+            h = tq / self.slo.ttft_s
+            return h if math.isfinite(h) else math.inf
         h = max(tq / self.slo.ttft_s, pq / self.slo.tpot_s)
         if tq <= self.slo.ttft_s and pq <= self.slo.tpot_s:
             return h if h <= 1.0 else 1.0
