@@ -217,6 +217,7 @@ class BacklogChain:
     transition: Transition  # x ↦ x·T
     stationary: Arr  # π (per iteration)
     plus_step_s: Arr | None = None  # τ at P = 0, δ, …, B' with backlog_chain's plus decodes
+    wanted_levels: int = 0  # > 0: the tail needs this many budgets, past solve_chain's max
 
     @property
     def states(self) -> int:
@@ -318,10 +319,12 @@ def backlog_chain(
     )
     tau, plus = both[: G + 1], (None if plus_decode_seqs is None else both[G + 1 :])
     # near the compute edge the backlog spans many budgets: halve the grid (every other
-    # point of the same τ) so the state space stays ≤ MAX_LEVELS·G/2 + 1
+    # point of the same τ) so the state space stays ≤ MAX_LEVELS·G/2 + 1 — when the drift
+    # says so before a solve, or when a solve's tail asks for more than COARSE_LEVELS
     drift = lam * tau[G] * prompts.mean_tokens / b_prime
-    if G % 2 == 0 and drift < 1 and max(min_levels, 2 / (1 - drift)) > COARSE_LEVELS:
-        G, delta, tau = G // 2, 2 * delta, tau[::2]
+    coarsen = G % 2 == 0 and drift < 1
+    if coarsen and max(min_levels, 2 / (1 - drift)) > COARSE_LEVELS:
+        coarsen, G, delta, tau = False, G // 2, 2 * delta, tau[::2]
         plus = None if plus is None else plus[::2]
         f = grid_pmf(prompts.tokens, prompts.weights, delta)
     chain = solve_chain(
@@ -331,7 +334,19 @@ def backlog_chain(
         decode_seqs=decode_seqs,
         budget_tokens=b_prime,
         min_levels=min_levels,
+        max_levels=COARSE_LEVELS if coarsen else MAX_LEVELS,
     )
+    if chain is not None and chain.wanted_levels:
+        G, delta, tau = G // 2, 2 * delta, tau[::2]
+        plus = None if plus is None else plus[::2]
+        chain = solve_chain(
+            tau,
+            grid_pmf(prompts.tokens, prompts.weights, delta),
+            rate_per_s=lam,
+            decode_seqs=decode_seqs,
+            budget_tokens=b_prime,
+            min_levels=chain.wanted_levels,
+        )
     return chain if chain is None or plus is None else replace(chain, plus_step_s=plus)
 
 
@@ -343,9 +358,13 @@ def solve_chain(
     decode_seqs: float,
     budget_tokens: float,
     min_levels: int = 4,
+    max_levels: int = MAX_LEVELS,
 ) -> BacklogChain | None:
     """The chain from its inputs on the grid: ``τ`` at ``P = 0, δ, …, B'`` (``G + 1``
-    values, ``δ = B'/G``) and the prompt-size pmf on the grid; None if not recurrent."""
+    values, ``δ = B'/G``) and the prompt-size pmf on the grid; None if not recurrent.
+    ``max_levels`` below :data:`MAX_LEVELS`: a grid regrown past it is not solved; the
+    chain solved last says how many budgets the next would have
+    (:attr:`BacklogChain.wanted_levels`)."""
     lam, tau, f = rate_per_s, np.asarray(step_s, dtype=np.float64), prompt_pmf
     G = tau.size - 1
     drift = lam * tau[G] * float(np.dot(np.arange(f.size), f)) / G
@@ -358,6 +377,7 @@ def solve_chain(
         min_levels, 2 * math.ceil(f.size / G) + 2, min(math.ceil(2 / (1 - drift)), MAX_LEVELS)
     )
     theta: float | None = None  # the tail's decay rate, if a grid is regrown
+    wanted = 0
     while True:
         n = levels * G + 1
         arrivals = compound_poisson(lam * tau, f, n)
@@ -366,7 +386,11 @@ def solve_chain(
             break
         if theta is None:
             theta = tail_rate(lam * float(tau[G]), f, G)
-        levels = min(regrown_levels(pi, levels, G, theta), MAX_LEVELS)
+        nxt = min(regrown_levels(pi, levels, G, theta), MAX_LEVELS)
+        if nxt > max_levels:
+            wanted = nxt
+            break
+        levels = nxt
     return BacklogChain(
         rate_per_s=lam,
         decode_seqs=decode_seqs,
@@ -377,4 +401,5 @@ def solve_chain(
         prompt_pmf=f,
         transition=Transition(arrivals),
         stationary=pi,
+        wanted_levels=wanted,
     )

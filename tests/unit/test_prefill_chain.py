@@ -178,3 +178,75 @@ def test_a_regrown_grid_costs_less_than_doubling(monkeypatch: pytest.MonkeyPatch
     assert [(n - 1) // 16 for n in doubled] == [12, 24, 48, 96]
     work = sum(n * n for n in regrown) / sum(n * n for n in doubled)
     assert work == pytest.approx(0.48, abs=0.02)
+
+
+def test_a_grid_capped_below_its_tail_says_how_many_budgets_it_wants(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The case above with ``max_levels=24``: the first grid (12 budgets) would regrow to
+    48, past the cap, so that grid is not solved; the chain of the one solve says 48."""
+    import perfmodel.serving.prefill_chain as pc
+
+    real, solves = pc.stationary, []
+
+    def counted(arrivals: np.ndarray) -> np.ndarray:
+        solves.append(arrivals.shape[1])
+        return real(arrivals)
+
+    monkeypatch.setattr(pc, "stationary", counted)
+    G = 16
+    f = grid_pmf(np.array([1100]), np.array([1.0]), 16.0)
+    tau = 0.02 + 0.0004 * np.arange(G + 1)
+    lam = 0.5 * G / (tau[G] * np.dot(np.arange(f.size), f))
+    kw = {"rate_per_s": lam, "decode_seqs": 0.0, "budget_tokens": 16.0 * G}
+    capped = solve_chain(tau, f, max_levels=24, **kw)
+    assert capped is not None and [(n - 1) // G for n in solves] == [12]
+    assert capped.levels == 12 and capped.wanted_levels == 48
+    full = solve_chain(tau, f, max_levels=64, **kw)  # the cap is not reached: no wish
+    assert full is not None and full.wanted_levels == 0 and full.levels == 58
+
+
+def test_a_backlog_spanning_many_budgets_is_on_the_halved_grid() -> None:
+    """``COARSE_LEVELS``: a chain whose tail needs more budgets than that is solved on
+    ``G/2`` points per budget, whether the drift announced it before the solve or the
+    tail of a solve on ``G`` did (8k-token prompts on 4×H100 near μ: the light-load
+    decode count's chain regrew to 128 budgets on the fine grid, 9x the work), and its
+    top budget holds < ``TAIL_MASS`` unless the grid is at ``MAX_LEVELS``."""
+    from hardware.device import load_device
+    from hardware.engine import engine_for
+    from perfmodel.model import load_model
+    from perfmodel.serving.prefill_chain import (
+        COARSE_LEVELS,
+        GRID_PER_BUDGET,
+        MAX_LEVELS,
+        backlog_chain,
+        prompt_law,
+    )
+    from perfmodel.serving.service import service_rate
+    from perfmodel.step.instance import Instance
+    from perfmodel.workload.lengths import fixed_lengths
+    from perfmodel.workload.presets import Workload
+    from solvers.pd.enumerate import parallel_plan
+
+    d = load_device("h100-sxm")
+    inst = Instance(
+        load_model("llama-3.1-8b"),
+        d,
+        parallel_plan(4, "bf16", "bf16"),
+        engine=engine_for("auto", d),
+    )
+    lengths = fixed_lengths(8192, 32)
+    sv = service_rate(inst, Workload("fixed", lengths), max_batched_tokens=2048)
+    seen = set()
+    for frac, n_d in [(0.1, 1.0), (0.2, 1.0), (0.5, 1.1), (0.957, 1.3), (0.957, 4.9)]:
+        ch = backlog_chain(
+            inst, prompt_law(lengths), sv.moments, rate_per_s=frac * sv.rate_per_s,
+            decode_seqs=n_d, max_batched_tokens=2048,
+        )  # fmt: skip
+        assert ch is not None
+        big = ch.levels > COARSE_LEVELS
+        seen.add(big)
+        assert ch.per_budget == (GRID_PER_BUDGET // 2 if big else GRID_PER_BUDGET)
+        top = float(ch.stationary[-ch.per_budget :].sum())
+        assert top < TAIL_MASS or ch.levels == MAX_LEVELS
+    assert seen == {True, False}
