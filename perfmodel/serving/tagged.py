@@ -7,14 +7,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from perfmodel.serving.prefill_chain import (
-    PROFILE_STEPS,
-    V_NODES,
-    BacklogChain,
-    compound_poisson,
-    cp_transform,
-    fft_size,
-)
+from perfmodel.serving.compound_poisson import compound_poisson, cp_transform, fft_size
+from perfmodel.serving.prefill_chain import PROFILE_STEPS, V_NODES, BacklogChain
 
 Arr = NDArray[np.float64]
 

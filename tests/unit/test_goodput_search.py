@@ -8,7 +8,7 @@ from hardware.device import load_device
 from perfmodel.model import load_model
 from perfmodel.serving import goodput as q_goodput
 from perfmodel.serving import service as q
-from perfmodel.serving.prefill_chain import fft_size
+from perfmodel.serving.compound_poisson import fft_size
 from perfmodel.step.instance import Instance
 from perfmodel.workload.presets import preset
 from perfmodel.workload.slo import SLO

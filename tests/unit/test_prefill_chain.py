@@ -6,15 +6,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from perfmodel.serving.prefill_chain import (
-    TAIL_MASS,
-    BacklogChain,
-    Transition,
-    compound_poisson,
-    grid_pmf,
-    solve_chain,
-    tail_rate,
-)
+from perfmodel.serving.chain_tail import TAIL_MASS, tail_rate
+from perfmodel.serving.compound_poisson import compound_poisson
+from perfmodel.serving.prefill_chain import BacklogChain, Transition, grid_pmf, solve_chain
 from perfmodel.serving.tagged import tagged_request
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from perfmodel.serving import stationary as st
-from perfmodel.serving.prefill_chain import compound_poisson
+from perfmodel.serving.compound_poisson import compound_poisson
 
 
 def _arrivals(G: int, n: int, rate: float, seed: int) -> np.ndarray:

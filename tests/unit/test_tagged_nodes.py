@@ -18,7 +18,8 @@ def test_the_after_transform_reuses_mirrored_columns_bit_for_bit() -> None:
     """``_mirrored_transform`` equals ``cp_transform`` of the after-arrival rates exactly:
     the columns whose ``1 − v_j`` is exactly ``v_{V−1−j}`` (three of four at V_NODES = 4)
     are taken from the before-arrival transform, the others computed."""
-    from perfmodel.serving.prefill_chain import V_NODES, cp_transform
+    from perfmodel.serving.compound_poisson import cp_transform
+    from perfmodel.serving.prefill_chain import V_NODES
     from perfmodel.serving.tagged import _mirrored_transform, gauss_legendre
 
     rng = np.random.default_rng(3)
