@@ -193,6 +193,35 @@ def test_a_local_dask_cluster_of_two_processes_writes_the_serial_file(
     assert dist.read_bytes() == serial.read_bytes()
 
 
+@pytest.mark.slow
+def test_the_cluster_workers_keep_freed_heap(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The LocalCluster's worker processes start with ``MALLOC_TOP_PAD_`` set (glibc reads
+    it at a process's start: set after the cluster is up, it would reach no worker), as
+    this process has it; a setting of the user's own is kept."""
+    pytest.importorskip("dask.distributed")
+    import os
+
+    import reports.sweep.run as run
+    from reports.sweep.run import HEAP_PAD_BYTES
+
+    seen: list[dict] = []
+    real = run._client
+
+    def client(scheduler: str, workers: int | None):  # type: ignore[no-untyped-def]
+        c, cluster, n = real(scheduler, workers)
+        seen.append(c.run(lambda: os.environ.get("MALLOC_TOP_PAD_")))
+        return c, cluster, n
+
+    monkeypatch.setattr(run, "_client", client)
+    monkeypatch.delenv("MALLOC_TOP_PAD_", raising=False)
+    run_sweep(_spec(chunk=40), tmp_path / "a.jsonl", scheduler="local", workers=2)
+    assert len(seen) == 1 and len(seen[0]) == 2
+    assert set(seen[0].values()) == {str(HEAP_PAD_BYTES)} == {os.environ["MALLOC_TOP_PAD_"]}
+    monkeypatch.setenv("MALLOC_TOP_PAD_", "1048576")
+    run_sweep(_spec(chunk=40), tmp_path / "b.jsonl", scheduler="local", workers=2)
+    assert set(seen[1].values()) == {"1048576"}
+
+
 def test_a_sweep_stopped_before_its_first_chunk_restarts(tmp_path: Path) -> None:
     """A record with only its header (stopped before the first chunk), an empty record
     (killed before it was flushed), or a record whose results file is gone: the rerun
