@@ -141,33 +141,45 @@ def test_the_backlog_decays_at_the_tail_rate() -> None:
     assert -slope == pytest.approx(theta, rel=0.03)
 
 
+def _counted_solves(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The state counts of the chain's stationary solves from now on, in order."""
+    import perfmodel.serving.prefill_chain as pc
+    from perfmodel.serving.stationary import stationary as real
+
+    solves: list[int] = []
+
+    def counted(arrivals: np.ndarray) -> np.ndarray:
+        solves.append(arrivals.shape[1])
+        return real(arrivals)
+
+    monkeypatch.setattr(pc, "stationary", counted)
+    return solves
+
+
+def _long_prompts_at_half_drift(**kw: int) -> BacklogChain | None:
+    """Prompts of 4.3 budgets (G = 16) at drift 0.5: the chain from a first grid of 12."""
+    G = 16
+    f = grid_pmf(np.array([1100]), np.array([1.0]), 16.0)
+    tau = 0.02 + 0.0004 * np.arange(G + 1)
+    lam = 0.5 * G / (tau[G] * np.dot(np.arange(f.size), f))
+    return solve_chain(tau, f, rate_per_s=lam, decode_seqs=0.0, budget_tokens=16.0 * G, **kw)
+
+
 def test_a_regrown_grid_costs_less_than_doubling(monkeypatch: pytest.MonkeyPatch) -> None:
     """Prompts of 4.3 budgets at drift 0.5, from a first grid of 12 budgets: regrown by
     the tail (12 -> 48 -> 58 budgets) the solves cost 0.48 of doubling's (12 -> 24 -> 48 ->
     96, the work of a solve ~ states²), and the top budget still holds < TAIL_MASS."""
     import perfmodel.serving.prefill_chain as pc
 
-    real = pc.stationary
+    def run() -> list[int]:
+        solves = _counted_solves(monkeypatch)
+        ch = _long_prompts_at_half_drift()
+        assert ch is not None and ch.stationary[-16:].sum() < TAIL_MASS
+        return solves
 
-    def run() -> tuple[list[int], BacklogChain]:
-        solves: list[int] = []
-
-        def counted(arrivals: np.ndarray) -> np.ndarray:
-            solves.append(arrivals.shape[1])
-            return real(arrivals)
-
-        monkeypatch.setattr(pc, "stationary", counted)
-        G = 16
-        f = grid_pmf(np.array([1100]), np.array([1.0]), 16.0)
-        tau = 0.02 + 0.0004 * np.arange(G + 1)
-        lam = 0.5 * G / (tau[G] * np.dot(np.arange(f.size), f))
-        ch = solve_chain(tau, f, rate_per_s=lam, decode_seqs=0.0, budget_tokens=16.0 * G)
-        assert ch is not None and ch.stationary[-G:].sum() < TAIL_MASS
-        return solves, ch
-
-    regrown, _ = run()
+    regrown = run()
     monkeypatch.setattr(pc, "regrown_levels", lambda pi, levels, G, theta: 2 * levels)
-    doubled, _ = run()
+    doubled = run()
     assert [(n - 1) // 16 for n in regrown] == [12, 48, 58]
     assert [(n - 1) // 16 for n in doubled] == [12, 24, 48, 96]
     work = sum(n * n for n in regrown) / sum(n * n for n in doubled)
@@ -179,24 +191,11 @@ def test_a_grid_capped_below_its_tail_says_how_many_budgets_it_wants(
 ) -> None:
     """The case above with ``max_levels=24``: the first grid (12 budgets) would regrow to
     48, past the cap, so that grid is not solved; the chain of the one solve says 48."""
-    import perfmodel.serving.prefill_chain as pc
-
-    real, solves = pc.stationary, []
-
-    def counted(arrivals: np.ndarray) -> np.ndarray:
-        solves.append(arrivals.shape[1])
-        return real(arrivals)
-
-    monkeypatch.setattr(pc, "stationary", counted)
-    G = 16
-    f = grid_pmf(np.array([1100]), np.array([1.0]), 16.0)
-    tau = 0.02 + 0.0004 * np.arange(G + 1)
-    lam = 0.5 * G / (tau[G] * np.dot(np.arange(f.size), f))
-    kw = {"rate_per_s": lam, "decode_seqs": 0.0, "budget_tokens": 16.0 * G}
-    capped = solve_chain(tau, f, max_levels=24, **kw)
-    assert capped is not None and [(n - 1) // G for n in solves] == [12]
+    solves = _counted_solves(monkeypatch)
+    capped = _long_prompts_at_half_drift(max_levels=24)
+    assert capped is not None and [(n - 1) // 16 for n in solves] == [12]
     assert capped.levels == 12 and capped.wanted_levels == 48
-    full = solve_chain(tau, f, max_levels=64, **kw)  # the cap is not reached: no wish
+    full = _long_prompts_at_half_drift(max_levels=64)  # the cap is not reached: no wish
     assert full is not None and full.wanted_levels == 0 and full.levels == 58
 
 
