@@ -284,7 +284,9 @@ def estimate_latency(
     ttft = ttft_mixture(
         s_w, d_s, chain, p_busy=p_busy, others_s=others, memory_wait_s=w_m, c_mem=c_mem
     )
-    law = _TpotLaw(inst, atoms, m, lam, op, n_all, w_all)
+    n_pos = np.maximum(n_all, 1.0)
+    noise = n_pos**2 * _batch_noise(inst, atoms, m, lam, op.decoders, n_pos, w_all)
+    law = _TpotLaw(op, n_all, w_all, noise)
     _, p_multi, e2e_decode_s = law.mixture(np.zeros(n_all.size))  # the E2E mean: no variance
     ttft_mean = ttft.mean()
     return LatencyEstimate(
@@ -309,16 +311,15 @@ def estimate_latency(
 
 @dataclass(frozen=True)
 class _TpotLaw:
-    """The TPOT mixture of one estimate, computed when called (a picklable callable: an
-    estimate may be cached on disk before its TPOT law is read)."""
+    """The TPOT mixture of one estimate, computed when called: the chain's part of each
+    atom's decode-time variance then (:func:`decode_variance`, a chain product per lag),
+    the decode-batch noise given. Picklable, and holds only the operating point beyond
+    the atoms: an estimate may be cached on disk before its TPOT law is read."""
 
-    inst: Instance
-    atoms: _LengthAtoms
-    m: RequestMoments
-    rate_per_s: float
     op: OperatingPoint
-    n_all: Arr
+    n_all: Arr  # atoms of o − 1
     w_all: Arr
+    noise_s2: Arr  # the decode-batch noise's variance per atom (:func:`_batch_noise`·n²)
 
     def mixture(self, var_n: Arr) -> tuple[Mixture, float, float]:
         """:func:`tpot_mixture` with the variance ``var_n`` of each atom's decode time."""
@@ -326,10 +327,9 @@ class _TpotLaw:
         return tpot_mixture(op.tpot_s, self.n_all, self.w_all, op.decode_step_s, var_n)
 
     def __call__(self) -> Mixture:
-        op, n_pos, lam = self.op, np.maximum(self.n_all, 1.0), self.rate_per_s
+        op, n_pos = self.op, np.maximum(self.n_all, 1.0)
         var_n = decode_variance(op.chain, op.tagged.start_law, op.decode_step_s, n_pos)
-        noise = _batch_noise(self.inst, self.atoms, self.m, lam, op.decoders, n_pos, self.w_all)
-        return self.mixture(var_n + n_pos**2 * noise)[0]
+        return self.mixture(var_n + self.noise_s2)[0]
 
 
 def _batch_noise(

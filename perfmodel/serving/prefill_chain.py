@@ -283,7 +283,7 @@ def backlog_chain(
     # says so before a solve, or when a solve's tail asks for more than COARSE_LEVELS
     drift = lam * tau[G] * prompts.mean_tokens / b_prime
     coarsen = G % 2 == 0 and drift < 1
-    if coarsen and max(min_levels, 2 / (1 - drift)) > COARSE_LEVELS:
+    if coarsen and start_levels(min_levels, f.size, G, drift) > COARSE_LEVELS:
         coarsen, G, delta, tau = False, G // 2, 2 * delta, tau[::2]
         plus = None if plus is None else plus[::2]
         f = grid_pmf(prompts.tokens, prompts.weights, delta)
@@ -310,6 +310,14 @@ def backlog_chain(
     return chain if chain is None or plus is None else replace(chain, plus_step_s=plus)
 
 
+def start_levels(min_levels: int, prompt_steps: int, per_budget: int, drift: float) -> int:
+    """Budgets of a chain's first grid: ``min_levels``, twice the budgets a prompt spans
+    (``prompt_steps`` grid steps) plus 2, and the backlog's mean above ``B'``, about
+    ``1/(1 − drift)`` budgets, twice over (at most :data:`MAX_LEVELS`)."""
+    by_prompt = 2 * math.ceil(prompt_steps / per_budget) + 2
+    return max(min_levels, by_prompt, min(math.ceil(2 / (1 - drift)), MAX_LEVELS))
+
+
 def solve_chain(
     step_s: ArrayLike,
     prompt_pmf: Arr,
@@ -333,9 +341,7 @@ def solve_chain(
     # the backlog above B' is a random walk with drift −(1 − drift)·G per iteration: its
     # stationary mean is O(1/(1 − drift)) budgets; start there and regrow the grid by its
     # tail (regrown_levels) until the top budget holds a negligible mass
-    levels = max(
-        min_levels, 2 * math.ceil(f.size / G) + 2, min(math.ceil(2 / (1 - drift)), MAX_LEVELS)
-    )
+    levels = start_levels(min_levels, f.size, G, drift)
     theta: float | None = None  # the tail's decay rate, if a grid is regrown
     wanted = 0
     while True:

@@ -232,24 +232,41 @@ def _kill_workers(cluster: Any) -> None:
 #: freed heap a sweep's processes keep mapped (glibc's ``M_TOP_PAD``; default 128 KiB)
 HEAP_PAD_BYTES = 64 << 20
 
+#: arrays up to this size come from the heap (glibc's ``M_MMAP_THRESHOLD``, its maximum)
+HEAP_ARRAY_BYTES = 32 << 20
+
 
 def keep_freed_heap() -> None:
-    """Keep :data:`HEAP_PAD_BYTES` of freed heap mapped in this process and in the worker
-    processes a ``LocalCluster`` starts (they read ``MALLOC_TOP_PAD_`` at start).
+    """Keep freed heap mapped in this process and in the worker processes a
+    ``LocalCluster`` starts (glibc reads ``MALLOC_TOP_PAD_`` and ``MALLOC_MMAP_THRESHOLD_``
+    at a process's start; a user's own settings are kept, here too).
 
     A chunk's step-time arrays (tens of MB of temporaries) were otherwise returned to the
     kernel when freed and page-faulted in again by the next chunk: a third of a chunk's
-    time was the kernel's (0.54 of 1.89 s for ten chunks; 0.02 s with the pad; 32 MiB
-    kept 0.42 s), and two worker processes contended on it. Elsewhere than glibc on
-    Linux: the environment only. Not done for every command: the pad stays resident
-    (``predict gemm`` on 10⁶ shapes: 192 MB peak instead of 165 MB)."""
-    os.environ.setdefault("MALLOC_TOP_PAD_", str(HEAP_PAD_BYTES))
+    time was the kernel's (0.54 of 1.89 s for ten chunks; 0.02 s with a 64 MiB pad, 0.42 s
+    with 32 MiB), and two worker processes contended on it. Setting the pad by
+    ``mallopt`` also freezes glibc's mmap threshold where it stands, so the threshold is
+    set with it: arrays up to 32 MiB come from the heap whatever ran before. Not done for
+    every command: the pad stays resident (``predict gemm`` on 10⁶ shapes: 192 MB peak
+    instead of 165 MB). Elsewhere than glibc on Linux: the environment only."""
+    settings = {  # mallopt parameter (malloc.h) -> environment variable, value
+        -2: ("MALLOC_TOP_PAD_", HEAP_PAD_BYTES),  # M_TOP_PAD
+        -3: ("MALLOC_MMAP_THRESHOLD_", HEAP_ARRAY_BYTES),  # M_MMAP_THRESHOLD
+    }
+    for name, value in settings.values():
+        os.environ.setdefault(name, str(value))
     if not sys.platform.startswith("linux"):
         return
     import ctypes
 
-    with contextlib.suppress(AttributeError, OSError):  # a libc without mallopt
-        ctypes.CDLL(None).mallopt(-2, HEAP_PAD_BYTES)  # M_TOP_PAD = -2 (malloc.h)
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (AttributeError, OSError):  # a libc without mallopt
+        return
+    for param, (name, value) in settings.items():
+        with contextlib.suppress(ValueError):
+            value = int(os.environ[name])
+        mallopt(param, value)
 
 
 def check_catalog_ids(spec: SweepSpec) -> None:

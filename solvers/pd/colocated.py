@@ -32,6 +32,8 @@ from solvers.pd.results import Colocated
 
 COLOCATED_BUDGET_TOKENS = 2048  # chunked-prefill token budget of the baseline (Sarathi-Serve)
 
+_Quantiles = tuple[float, float | None]  # TTFT and TPOT quantiles of one estimate (s)
+
 
 @dataclass
 class ColocatedMemo:
@@ -45,9 +47,9 @@ class ColocatedMemo:
 
     services: dict[tuple[str, int], ServiceRate | None] = field(default_factory=dict)
     estimates: dict[tuple[str, int], dict[float, LatencyEstimate]] = field(default_factory=dict)
-    #: (TTFT, TPOT) quantiles of the estimates by (rate, percentile), SLO-free as well (NaN:
-    #: not computed; a TPOT quantile is not while the TTFT quantile misses the target)
-    quantiles: dict[tuple[str, int], dict[tuple[float, float], tuple[float, float]]] = field(
+    #: (TTFT, TPOT) quantiles of the estimates by (rate, percentile), SLO-free as well (TPOT
+    #: None: not computed, as while the TTFT quantile misses the target)
+    quantiles: dict[tuple[str, int], dict[tuple[float, float], _Quantiles]] = field(
         default_factory=dict
     )
 
@@ -62,7 +64,7 @@ class _Meets:
         sv: ServiceRate,
         slo: SLO,
         cache: dict[float, LatencyEstimate],
-        quantiles: dict[tuple[float, float], tuple[float, float]],
+        quantiles: dict[tuple[float, float], _Quantiles],
         hint: float | None = None,
     ) -> None:
         self.sv, self.slo, self.cache, self.quantiles = sv, slo, cache, quantiles
@@ -76,13 +78,11 @@ class _Meets:
         target, that ratio alone (the TPOT law is not computed: the verdict is the same,
         only :meth:`predict` may place the next estimate elsewhere)."""
         q = self.slo.percentile
-        tq, pq = self.quantiles.get((rate, q), (math.nan, math.nan))
-        if math.isnan(tq):
-            tq = est.ttft_quantile_s(q)
-        if math.isnan(pq) and tq <= self.slo.ttft_s:
+        tq, pq = self.quantiles.get((rate, q)) or (est.ttft_quantile_s(q), None)
+        if pq is None and tq <= self.slo.ttft_s:
             pq = est.tpot_quantile_s(q)
         self.quantiles[rate, q] = (tq, pq)
-        if math.isnan(pq):
+        if pq is None:
             h = tq / self.slo.ttft_s
             return h if math.isfinite(h) else math.inf
         h = max(tq / self.slo.ttft_s, pq / self.slo.tpot_s)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -199,7 +201,6 @@ def test_the_cluster_workers_keep_freed_heap(tmp_path: Path, monkeypatch) -> Non
     it at a process's start: set after the cluster is up, it would reach no worker), as
     this process has it; a setting of the user's own is kept."""
     pytest.importorskip("dask.distributed")
-    import os
 
     import reports.sweep.run as run
     from reports.sweep.run import HEAP_PAD_BYTES
@@ -213,13 +214,57 @@ def test_the_cluster_workers_keep_freed_heap(tmp_path: Path, monkeypatch) -> Non
         return c, cluster, n
 
     monkeypatch.setattr(run, "_client", client)
-    monkeypatch.delenv("MALLOC_TOP_PAD_", raising=False)
+    for name in ("MALLOC_TOP_PAD_", "MALLOC_MMAP_THRESHOLD_"):  # restored after the test
+        monkeypatch.setenv(name, "0")
+        monkeypatch.delenv(name)
     run_sweep(_spec(chunk=40), tmp_path / "a.jsonl", scheduler="local", workers=2)
     assert len(seen) == 1 and len(seen[0]) == 2
     assert set(seen[0].values()) == {str(HEAP_PAD_BYTES)} == {os.environ["MALLOC_TOP_PAD_"]}
     monkeypatch.setenv("MALLOC_TOP_PAD_", "1048576")
     run_sweep(_spec(chunk=40), tmp_path / "b.jsonl", scheduler="local", workers=2)
     assert set(seen[1].values()) == {"1048576"}
+
+
+_FAULTS = """
+import resource, sys
+import numpy as np
+if sys.argv[1] == "pad":
+    from reports.sweep.run import keep_freed_heap
+    keep_freed_heap()
+faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+sizes = [1 << 19, 1 << 21, 3 << 20]  # arrays of 4, 16 and 24 MiB
+for _ in range(2):
+    for n in sizes:
+        a = np.ones(n); del a
+f0 = faults()
+for _ in range(10):
+    for n in sizes:
+        a = np.ones(n); b = np.ones(n); del a, b
+print((faults() - f0) / 60)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallopt")
+def test_freed_heap_is_reused_without_page_faults() -> None:
+    """In a fresh process, arrays of 4-24 MiB allocated and freed over and over: without
+    the sweep's heap settings each allocation faults hundreds of its pages in anew (the
+    kernel's share of a chunk's time); with them a few dozen, whatever size."""
+    import subprocess
+
+    from tests.conftest import REPO
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
+    per_alloc = {
+        mode: float(
+            subprocess.run(
+                [sys.executable, "-c", _FAULTS, mode], cwd=REPO, env=env, check=True,
+                capture_output=True, text=True,
+            ).stdout
+        )
+        for mode in ("none", "pad")
+    }  # fmt: skip
+    assert per_alloc["none"] > 200  # of 1,024-6,144 pages
+    assert per_alloc["pad"] < 64
 
 
 def test_a_sweep_stopped_before_its_first_chunk_restarts(tmp_path: Path) -> None:
@@ -281,7 +326,6 @@ def test_a_stopped_cluster_sweep_kills_its_running_chunks(tmp_path: Path, monkey
 def test_serial_sweeps_do_not_need_dask(tmp_path: Path) -> None:
     """Without the dask extra the same code runs serially: a serial sweep never imports it."""
     import subprocess
-    import sys
 
     from tests.conftest import REPO
 

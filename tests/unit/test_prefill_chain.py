@@ -141,15 +141,16 @@ def test_the_backlog_decays_at_the_tail_rate() -> None:
     assert -slope == pytest.approx(theta, rel=0.03)
 
 
-def _counted_solves(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """The state counts of the chain's stationary solves from now on, in order."""
+def _counted_solves(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The grids of the chain's stationary solves from now on, in order: (G, budgets)."""
     import perfmodel.serving.prefill_chain as pc
     from perfmodel.serving.stationary import stationary as real
 
-    solves: list[int] = []
+    solves: list[tuple[int, int]] = []
 
     def counted(arrivals: np.ndarray) -> np.ndarray:
-        solves.append(arrivals.shape[1])
+        G = arrivals.shape[0] - 1
+        solves.append((G, (arrivals.shape[1] - 1) // G))
         return real(arrivals)
 
     monkeypatch.setattr(pc, "stationary", counted)
@@ -180,9 +181,9 @@ def test_a_regrown_grid_costs_less_than_doubling(monkeypatch: pytest.MonkeyPatch
     regrown = run()
     monkeypatch.setattr(pc, "regrown_levels", lambda pi, levels, G, theta: 2 * levels)
     doubled = run()
-    assert [(n - 1) // 16 for n in regrown] == [12, 48, 58]
-    assert [(n - 1) // 16 for n in doubled] == [12, 24, 48, 96]
-    work = sum(n * n for n in regrown) / sum(n * n for n in doubled)
+    assert [lv for _, lv in regrown] == [12, 48, 58]
+    assert [lv for _, lv in doubled] == [12, 24, 48, 96]
+    work = sum(lv * lv for _, lv in regrown) / sum(lv * lv for _, lv in doubled)
     assert work == pytest.approx(0.48, abs=0.02)
 
 
@@ -193,18 +194,21 @@ def test_a_grid_capped_below_its_tail_says_how_many_budgets_it_wants(
     48, past the cap, so that grid is not solved; the chain of the one solve says 48."""
     solves = _counted_solves(monkeypatch)
     capped = _long_prompts_at_half_drift(max_levels=24)
-    assert capped is not None and [(n - 1) // 16 for n in solves] == [12]
+    assert capped is not None and solves == [(16, 12)]
     assert capped.levels == 12 and capped.wanted_levels == 48
     full = _long_prompts_at_half_drift(max_levels=64)  # the cap is not reached: no wish
     assert full is not None and full.wanted_levels == 0 and full.levels == 58
 
 
-def test_a_backlog_spanning_many_budgets_is_on_the_halved_grid() -> None:
-    """``COARSE_LEVELS``: a chain whose tail needs more budgets than that is solved on
-    ``G/2`` points per budget, whether the drift announced it before the solve or the
-    tail of a solve on ``G`` did (8k-token prompts on 4×H100 near μ: the light-load
-    decode count's chain regrew to 128 budgets on the fine grid, 9x the work), and its
-    top budget holds < ``TAIL_MASS`` unless the grid is at ``MAX_LEVELS``."""
+def test_a_backlog_spanning_many_budgets_is_on_the_halved_grid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``COARSE_LEVELS``: a chain whose grid needs more budgets than that is solved on
+    ``G/2`` points per budget — at once where its first grid is known to (a caller's
+    ``min_levels``, prompts spanning 16 budgets), else when a solve's tail on ``G`` asks
+    for it (8k-token prompts on 4×H100 near μ: the light-load decode count's chain regrew
+    to 128 budgets on the fine grid, 9x the work) — and its top budget holds
+    < ``TAIL_MASS`` unless the grid is at ``MAX_LEVELS``."""
     from hardware.device import load_device
     from hardware.engine import engine_for
     from perfmodel.model import load_model
@@ -222,24 +226,28 @@ def test_a_backlog_spanning_many_budgets_is_on_the_halved_grid() -> None:
     from solvers.pd.enumerate import parallel_plan
 
     d = load_device("h100-sxm")
-    inst = Instance(
-        load_model("llama-3.1-8b"),
-        d,
-        parallel_plan(4, "bf16", "bf16"),
-        engine=engine_for("auto", d),
-    )
-    lengths = fixed_lengths(8192, 32)
-    sv = service_rate(inst, Workload("fixed", lengths), max_batched_tokens=2048)
-    seen = set()
-    for frac, n_d in [(0.1, 1.0), (0.2, 1.0), (0.5, 1.1), (0.957, 1.3), (0.957, 4.9)]:
+    fine, half = GRID_PER_BUDGET, GRID_PER_BUDGET // 2
+
+    def chain(tp: int, s: int, frac: float, n_d: float, **kw: int) -> list[tuple[int, int]]:
+        inst = Instance(
+            load_model("llama-3.1-8b"), d, parallel_plan(tp, "bf16", "bf16"),
+            engine=engine_for("auto", d),
+        )  # fmt: skip
+        lengths = fixed_lengths(s, 32)
+        sv = service_rate(inst, Workload("fixed", lengths), max_batched_tokens=2048)
+        solves = _counted_solves(monkeypatch)
         ch = backlog_chain(
             inst, prompt_law(lengths), sv.moments, rate_per_s=frac * sv.rate_per_s,
-            decode_seqs=n_d, max_batched_tokens=2048,
+            decode_seqs=n_d, max_batched_tokens=2048, **kw,
         )  # fmt: skip
-        assert ch is not None
-        big = ch.levels > COARSE_LEVELS
-        seen.add(big)
-        assert ch.per_budget == (GRID_PER_BUDGET // 2 if big else GRID_PER_BUDGET)
+        assert ch is not None and (ch.per_budget, ch.levels) == solves[-1]
+        assert ch.per_budget == (half if ch.levels > COARSE_LEVELS else fine)
         top = float(ch.stationary[-ch.per_budget :].sum())
         assert top < TAIL_MASS or ch.levels == MAX_LEVELS
-    assert seen == {True, False}
+        return solves
+
+    assert chain(4, 8192, 0.1, 1.0) == [(fine, 12), (fine, 17)]  # small: the fine grid
+    assert chain(4, 8192, 0.5, 1.1) == [(fine, 12), (half, 47)]  # the tail asked
+    assert chain(4, 8192, 0.957, 1.3)[-1] == (half, MAX_LEVELS)
+    assert chain(4, 8192, 0.1, 1.0, min_levels=30) == [(half, 30)]  # known at once
+    assert chain(1, 32768, 0.05, 1.0) == [(half, 36)]  # 16-budget prompts: at once
