@@ -17,6 +17,7 @@ from cli.options import (
     DEFAULT_WORKLOAD,
     SloPercentileOpt,
 )
+from reports.cluster import SCHEDULER_HELP
 
 app = typer.Typer(
     help="Prefill/decode disaggregation: P:D ratio and parallelism under TTFT/TPOT SLOs.",
@@ -287,7 +288,16 @@ def phase_cmd(
     engine: po.EngineOpt = po.DEFAULT_ENGINE,
     workers: Annotated[
         int | None,
-        typer.Option(help="Processes sharing the cells (default: the CPUs, at most 2; 1: serial)."),
+        typer.Option(
+            help="Processes sharing the cells (default: the CPUs, at most 2; 1: serial; "
+            "with --scheduler local: the LocalCluster's, default one per core)."
+        ),
+    ] = None,
+    scheduler: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Run the rows on Dask: {SCHEDULER_HELP} (default: processes forked here)."
+        ),
     ] = None,
     json_out: bool = JsonOpt,
 ) -> None:
@@ -324,6 +334,7 @@ def phase_cmd(
             progress=tick,
             engine=engine,
             workers=workers,
+            scheduler=scheduler,
         )
     lens, slos = sweeps.lengths, sweeps.slo
     write_atomic(out, phase_figure_html([lens, slos]), force=force)

@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 
-from cli.common import JsonOpt, echo_json, fail, handle_errors, stderr_isatty
+from cli.common import JsonOpt, echo_json, handle_errors, stderr_isatty
 from cli.options import DEFAULT_ENGINE, EngineOpt
+from reports.cluster import SCHEDULER_HELP
 
 
 @handle_errors
@@ -18,10 +19,7 @@ def sweep_cmd(
     out: Annotated[Path, typer.Option(help="Results: JSON lines (.jsonl) or CSV (.csv).")],
     scheduler: Annotated[
         str | None,
-        typer.Option(
-            help="serial, local (a LocalCluster, one worker process per core) or a "
-            "scheduler address tcp://host:8786. Default: local if dask is installed."
-        ),
+        typer.Option(help=f"{SCHEDULER_HELP}. Default: local if dask is installed."),
     ] = None,
     workers: Annotated[
         int | None, typer.Option(help="Worker processes of the LocalCluster (default: cores).")
@@ -40,17 +38,14 @@ def sweep_cmd(
     dtype, act_dtype, kv_dtype, engine, batch, input_len, output_len) are values or lists;
     the grid is their product, output_len varying fastest. --engine is grid.engine where
     the spec does not set it; every row names the engine it was costed with (engine_id)."""
-    from reports.sweep.run import dask_available, run_sweep
+    from reports.cluster import check_scheduler, dask_available
+    from reports.sweep.run import run_sweep
     from reports.sweep.spec import load_spec
 
     spec = load_spec(spec_file, engine=engine)
     if scheduler is None:
         scheduler = "local" if dask_available() else "serial"
-    if scheduler != "serial" and not dask_available():
-        raise fail(
-            f"--scheduler {scheduler} needs dask.distributed: pip install 'perfmodel[dask]' "
-            "(or --scheduler serial)"
-        )
+    check_scheduler(scheduler)
     if stderr_isatty():
         with typer.progressbar(length=spec.size, label="sweep", file=sys.stderr) as bar:
             run = run_sweep(

@@ -15,21 +15,21 @@ is the only choice and the default.
 
 from __future__ import annotations
 
-import contextlib
 import csv
 import hashlib
 import io
 import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import nullcontext
 from dataclasses import dataclass
 from itertools import islice
 from pathlib import Path
 from typing import Any
 
 from perfmodel.errors import SpecError
+from reports.cluster import check_scheduler, connected, keep_freed_heap
 from reports.sweep.evaluate import evaluate_chunk
 from reports.sweep.spec import PARAMS, SweepSpec
 
@@ -171,6 +171,21 @@ class _Writer:
         self.man.close()
 
 
+def _write(
+    w: _Writer,
+    spec: SweepSpec,
+    results: Iterator[tuple[int, str]],
+    progress: Callable[[int], None] | None,
+) -> None:
+    """Every chunk of ``results`` into ``w``, in order; an error if one never came."""
+    for c, text in results:
+        w.add(c, text)
+        if progress is not None:
+            progress(len(spec.chunk_range(c)))
+    if w.pending or w.next != spec.chunks:  # a chunk never came back: do not pretend
+        raise SpecError(f"sweep incomplete: chunk {w.next} missing; run it again to resume")
+
+
 def _serial(spec: SweepSpec, todo: range, fmt: str) -> Iterator[tuple[int, str]]:
     for c in todo:
         yield c, chunk_text(spec, c, fmt)
@@ -196,79 +211,6 @@ def _distributed(
             ac.add(client.submit(chunk_text, spec, nxt, fmt, pure=False, key=f"chunk-{nxt}"))
 
 
-def _client(scheduler: str, workers: int | None) -> tuple[Any, Any, int]:
-    """(client, cluster or None, workers) for ``local`` or a scheduler address."""
-    try:
-        from dask.distributed import Client, LocalCluster
-    except ImportError:
-        raise SpecError(
-            f"--scheduler {scheduler} needs dask.distributed: pip install 'perfmodel[dask]' "
-            "(or run with --scheduler serial)"
-        ) from None
-    if scheduler == "local":
-        n = workers or os.cpu_count() or 1
-        cluster = LocalCluster(
-            n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None
-        )
-        return Client(cluster), cluster, n
-    client = Client(scheduler, timeout="10s")
-    return client, None, max(len(client.scheduler_info().get("workers", {})), 1)
-
-
-def _kill_workers(cluster: Any) -> None:
-    """A stopped sweep (time limit, Ctrl-C, an error): kill the LocalCluster's worker
-    processes with the chunks they are running. A graceful close waits for each running
-    chunk (seconds past a time limit); the file holds the finished chunks either way and
-    a rerun resumes after them."""
-    import signal
-
-    for nanny in list(getattr(cluster, "workers", {}).values()):
-        pid = getattr(nanny, "pid", None)
-        if isinstance(pid, int) and pid > 0:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-
-
-#: freed heap a sweep's processes keep mapped (glibc's ``M_TOP_PAD``; default 128 KiB)
-HEAP_PAD_BYTES = 64 << 20
-
-#: arrays up to this size come from the heap (glibc's ``M_MMAP_THRESHOLD``, its maximum)
-HEAP_ARRAY_BYTES = 32 << 20
-
-
-def keep_freed_heap() -> None:
-    """Keep freed heap mapped in this process and in the worker processes a
-    ``LocalCluster`` starts (glibc reads ``MALLOC_TOP_PAD_`` and ``MALLOC_MMAP_THRESHOLD_``
-    at a process's start; a user's own settings are kept, here too).
-
-    A chunk's step-time arrays (tens of MB of temporaries) were otherwise returned to the
-    kernel when freed and page-faulted in again by the next chunk: a third of a chunk's
-    time was the kernel's (0.54 of 1.89 s for ten chunks; 0.02 s with a 64 MiB pad, 0.42 s
-    with 32 MiB), and two worker processes contended on it. Setting the pad by
-    ``mallopt`` also freezes glibc's mmap threshold where it stands, so the threshold is
-    set with it: arrays up to 32 MiB come from the heap whatever ran before. Not done for
-    every command: the pad stays resident (``predict gemm`` on 10⁶ shapes: 192 MB peak
-    instead of 165 MB). Elsewhere than glibc on Linux: the environment only."""
-    settings = {  # mallopt parameter (malloc.h) -> environment variable, value
-        -2: ("MALLOC_TOP_PAD_", HEAP_PAD_BYTES),  # M_TOP_PAD
-        -3: ("MALLOC_MMAP_THRESHOLD_", HEAP_ARRAY_BYTES),  # M_MMAP_THRESHOLD
-    }
-    for name, value in settings.values():
-        os.environ.setdefault(name, str(value))
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (AttributeError, OSError):  # a libc without mallopt
-        return
-    for param, (name, value) in settings.items():
-        with contextlib.suppress(ValueError):
-            value = int(os.environ[name])
-        mallopt(param, value)
-
-
 def check_catalog_ids(spec: SweepSpec) -> None:
     """Every model, hardware and engine of the grid loads (a typo fails before any work)."""
     from hardware.device import load_device
@@ -281,14 +223,6 @@ def check_catalog_ids(spec: SweepSpec) -> None:
     devs = [load_device(d) for d in axes["hardware"]]
     for e in axes["engine"]:
         engine_for(e, devs[0])
-
-
-def dask_available() -> bool:
-    try:
-        import dask.distributed  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 def run_sweep(
@@ -304,42 +238,29 @@ def run_sweep(
     """Run the chunks not yet in ``out`` and append them in order (see the module
     docstring). ``scheduler``: ``serial``, ``local`` (a ``LocalCluster`` of ``workers``
     processes, default one per core) or a scheduler address ``tcp://host:port``."""
-    if scheduler not in ("serial", "local") and "://" not in scheduler:
-        raise SpecError(f"--scheduler must be serial, local or tcp://host:port, got {scheduler!r}")
+    check_scheduler(scheduler)
     if workers is not None and workers < 1:
         raise SpecError(f"--workers must be >= 1, got {workers}")
     fmt = output_format(out)
     check_catalog_ids(spec)
     keep_freed_heap()
     t0 = time.perf_counter()
-    w = _Writer(out, spec, fmt, resume=resume, force=force)
-    todo = range(w.next, spec.chunks)
-    if progress is not None and w.first:
-        progress(min(w.first * spec.chunk, spec.size))
-    client = cluster = None
-    n = 1
-    stopped = True  # until every result is in
-    try:
-        if scheduler == "serial":
-            results = _serial(spec, todo, fmt)
-        else:
-            client, cluster, n = _client(scheduler, workers)
-            results = _distributed(spec, todo, fmt, client, n)
-        for c, text in results:
-            w.add(c, text)
-            if progress is not None:
-                progress(len(spec.chunk_range(c)))
-        if w.pending or w.next != spec.chunks:  # a chunk never came back: do not pretend
-            raise SpecError(f"sweep incomplete: chunk {w.next} missing; run it again to resume")
-        stopped = False
-    finally:
-        w.close()
-        if stopped and cluster is not None:
-            _kill_workers(cluster)
-        if client is not None:
-            client.close()
-        if cluster is not None:
-            cluster.close()
+    # the cluster first: a scheduler that does not answer leaves no file behind
+    on = connected(scheduler, workers) if scheduler != "serial" else nullcontext((None, 1))
+    with on as (client, n):
+        w = _Writer(out, spec, fmt, resume=resume, force=force)
+        todo = range(w.next, spec.chunks)
+        if progress is not None and w.first:
+            progress(min(w.first * spec.chunk, spec.size))
+        try:
+            chunks = (
+                _serial(spec, todo, fmt)
+                if client is None
+                else _distributed(spec, todo, fmt, client, n)
+            )
+            _write(w, spec, chunks, progress)
+        finally:
+            w.close()
     return SweepRun(
         out=str(out),
         scheduler=scheduler,

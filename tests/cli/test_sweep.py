@@ -202,18 +202,18 @@ def test_the_cluster_workers_keep_freed_heap(tmp_path: Path, monkeypatch) -> Non
     this process has it; a setting of the user's own is kept."""
     pytest.importorskip("dask.distributed")
 
-    import reports.sweep.run as run
-    from reports.sweep.run import HEAP_PAD_BYTES
+    import reports.cluster as cl
+    from reports.cluster import HEAP_PAD_BYTES
 
     seen: list[dict] = []
-    real = run._client
+    real = cl.open_client
 
     def client(scheduler: str, workers: int | None):  # type: ignore[no-untyped-def]
         c, cluster, n = real(scheduler, workers)
         seen.append(c.run(lambda: os.environ.get("MALLOC_TOP_PAD_")))
         return c, cluster, n
 
-    monkeypatch.setattr(run, "_client", client)
+    monkeypatch.setattr(cl, "open_client", client)
     for name in ("MALLOC_TOP_PAD_", "MALLOC_MMAP_THRESHOLD_"):  # restored after the test
         monkeypatch.setenv(name, "0")
         monkeypatch.delenv(name)
@@ -229,7 +229,7 @@ _FAULTS = """
 import resource, sys
 import numpy as np
 if sys.argv[1] == "pad":
-    from reports.sweep.run import keep_freed_heap
+    from reports.cluster import keep_freed_heap
     keep_freed_heap()
 faults = lambda: resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 sizes = [1 << 19, 1 << 21, 3 << 20]  # arrays of 4, 16 and 24 MiB
@@ -341,3 +341,24 @@ def test_serial_sweeps_do_not_need_dask(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
     assert len((tmp_path / "o.jsonl").read_text().splitlines()) == 36  # 2·3·2·3 configurations
+
+
+@pytest.mark.parametrize("command", ["sweep", "pd phase"])
+def test_a_scheduler_that_does_not_answer_is_one_line_and_no_file(
+    tmp_path: Path, monkeypatch, command: str
+) -> None:  # type: ignore[no-untyped-def]
+    """A scheduler address nobody listens on: after the connect timeout, one line naming
+    the address and what to do, exit 2, and neither the results nor their record."""
+    pytest.importorskip("dask.distributed")
+    import reports.cluster as cl
+
+    monkeypatch.setattr(cl, "CONNECT_TIMEOUT_S", 1)
+    spec = _toml(tmp_path, GRID)
+    out = tmp_path / ("o.jsonl" if command == "sweep" else "o.html")
+    args = [str(spec)] if command == "sweep" else ["--inputs", "128,512", "--outputs", "32"]
+    r = runner.invoke(
+        app, [*command.split(), *args, "--out", str(out), "--scheduler", "tcp://127.0.0.1:9"]
+    )
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith("error: no Dask scheduler answers at tcp://127.0.0.1:9 within 1 s")
+    assert list(tmp_path.iterdir()) == [spec]

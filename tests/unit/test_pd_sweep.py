@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hardware.device import load_device
+from perfmodel.errors import SpecError
 from perfmodel.model import load_model
 from perfmodel.workload.lengths import fixed_lengths
 from perfmodel.workload.presets import Workload
@@ -103,6 +104,27 @@ def test_phase_sweeps_in_two_processes_equal_the_serial_sweeps() -> None:
     assert sorted(ticks) == [2, 2, 4]  # a row of 2 cells each, the SLO grid of 4
     assert two.lengths.xs == (512.0, 128.0)  # the rows in the order asked for
     assert [c.x for c in two.lengths.cells] == [512, 512, 128, 128]
+
+
+@pytest.mark.slow  # a LocalCluster's start and its workers' imports: seconds
+def test_phase_sweeps_on_a_local_dask_cluster_equal_the_serial_sweeps() -> None:
+    """The rows and the SLO job on a 2-process LocalCluster (the path of a remote
+    scheduler too): every cell the serial sweep's, the progress in the same units, and
+    the serial run asked for by ``scheduler="serial"``."""
+    pytest.importorskip("dask.distributed")
+    from reports.pd_phase_run import phase_sweeps
+
+    chat = Workload("fixed-512-128", fixed_lengths(512, 128))
+    kw = {"inputs": [512, 128], "outputs": [32, 128], "slo_scales": [1.0, 2.0]}
+    ticks: list[int] = []
+    dask = phase_sweeps(
+        MODEL, [H100], SLO_, chat, scheduler="local", workers=2, progress=ticks.append, **kw
+    )  # type: ignore[arg-type]
+    serial = phase_sweeps(MODEL, [H100], SLO_, chat, scheduler="serial", **kw)  # type: ignore[arg-type]
+    assert dask == serial
+    assert sorted(ticks) == [2, 2, 4]
+    with pytest.raises(SpecError, match="--scheduler must be serial, local or tcp://host:port"):
+        phase_sweeps(MODEL, [H100], SLO_, chat, scheduler="yarn", **kw)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
