@@ -33,6 +33,21 @@ DEFAULT_GOAL = 0.9
 DEFAULT_MAX_BATCHED_TOKENS = 8192
 
 ModelOpt = Annotated[str, typer.Option(help="Model id or Hugging Face config.json path.")]
+#: a phase command's grid: its jobs in forked processes or on Dask (reports.cluster)
+WorkersOpt = Annotated[
+    int | None,
+    typer.Option(
+        help="Processes sharing the grid (default: the CPUs, at most 2; 1: serial; with "
+        "--scheduler local: the LocalCluster's, default one per core)."
+    ),
+]
+SchedulerOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="Run the grid's jobs on Dask: serial, local (a LocalCluster, one worker process "
+        "per core) or tcp://host:8786 (default: processes forked here)."
+    ),
+]
 MoeModelOpt = Annotated[
     str, typer.Option("--model", help="Mixture-of-experts model id or config.json path.")
 ]

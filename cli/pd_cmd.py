@@ -17,7 +17,6 @@ from cli.options import (
     DEFAULT_WORKLOAD,
     SloPercentileOpt,
 )
-from reports.cluster import SCHEDULER_HELP
 
 app = typer.Typer(
     help="Prefill/decode disaggregation: P:D ratio and parallelism under TTFT/TPOT SLOs.",
@@ -286,19 +285,8 @@ def phase_cmd(
     dtype: DtypeOpt = "bf16",
     force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
     engine: po.EngineOpt = po.DEFAULT_ENGINE,
-    workers: Annotated[
-        int | None,
-        typer.Option(
-            help="Processes sharing the cells (default: the CPUs, at most 2; 1: serial; "
-            "with --scheduler local: the LocalCluster's, default one per core)."
-        ),
-    ] = None,
-    scheduler: Annotated[
-        str | None,
-        typer.Option(
-            help=f"Run the rows on Dask: {SCHEDULER_HELP} (default: processes forked here)."
-        ),
-    ] = None,
+    workers: po.WorkersOpt = None,
+    scheduler: po.SchedulerOpt = None,
     json_out: bool = JsonOpt,
 ) -> None:
     """Phase diagrams of the P:D ratio and disaggregation gain (lengths and SLO sweeps)."""

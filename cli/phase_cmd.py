@@ -77,6 +77,8 @@ def stability_cmd(
     act_dtype: po.ActDtypeOpt = None,
     kv_dtype: po.KvDtypeOpt = None,
     engine: po.EngineOpt = po.DEFAULT_ENGINE,
+    workers: po.WorkersOpt = None,
+    scheduler: po.SchedulerOpt = None,
     json_out: bool = JsonOpt,
 ) -> None:
     """Arrival rate × mean output length and × KV capacity: regimes, boundary, simulation."""
@@ -118,23 +120,12 @@ def stability_cmd(
     )
     with progress(steps, "sweeping") as tick:
         phase = stability_phase(
-            m,
-            d,
-            plan,
-            w,
-            slo=slo,
-            mean_output_tokens=outs,
+            m, d, plan, w, slo=slo, mean_output_tokens=outs,
             kv_capacities_tokens=[int(k) for k in kvs] if kvs else None,
-            kv_capacity_tokens=kv_capacity_tokens,
-            max_batched_tokens=max_batched_tokens,
-            chunk_size=chunk_size,
-            rates=rates,
-            sim_rows=sim_rows,
-            sim_requests=sim_requests,
-            seed=seed,
-            progress=tick,
-            engine=inst.engine,
-        )
+            kv_capacity_tokens=kv_capacity_tokens, max_batched_tokens=max_batched_tokens,
+            chunk_size=chunk_size, rates=rates, sim_rows=sim_rows, sim_requests=sim_requests,
+            seed=seed, progress=tick, engine=inst.engine, workers=workers, scheduler=scheduler,
+        )  # fmt: skip
     write_atomic(out, stability_html(phase), force=force)
     if json_out:
         from reports.written import Engined

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from reports.html import figure_html
-from reports.stability_sweep import StabilityPhase
+from reports.stability_result import StabilityPhase
 
 REGIMES = ("slo-feasible", "stable", "unstable")
 

@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -49,12 +50,17 @@ from perfmodel.serving import goodput as q_goodput
 from perfmodel.serving import service as q
 from perfmodel.sim.simulate import SimSetup, simulate_workload
 from perfmodel.step.instance import Instance
-from perfmodel.step.table import build_step_table
+from perfmodel.step.table import StepTable, build_step_table
 from perfmodel.workload.lengths import LengthDistribution
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
+from reports.cluster import check_scheduler, default_workers, map_jobs
+from reports.stability_result import PhaseCell, PhasePanel, PhaseRow, SimPoint, StabilityPhase
 
 REGIMES = ("slo-feasible", "stable", "unstable")
+
+Specs = list[tuple[float, Workload, int]]  # a panel's rows: (y, workload, KV capacity)
+Job = Callable[[], Any]
 
 # a simulated point is unstable when its queue grows by more than this fraction of λ:
 # half of the 9 % it grows at λ = 1.1·μ (1 − 1/1.1), the nearest load above the boundary
@@ -74,104 +80,6 @@ DEFAULT_SIM_LOADS = (0.6, 0.9, 1.1, 1.5)
 # simulated arrivals per point by default: the completions of a stable point are noisy by
 # about √(2/n) of λ (1.6 % at 8,000), against the 4.5 % threshold
 DEFAULT_SIM_REQUESTS = 8000
-
-
-@dataclass(frozen=True)
-class PhaseRow:
-    """One value of the panel's y axis and its analytic boundary."""
-
-    y: float  # mean output tokens, or KV capacity tokens
-    mean_output_tokens: float
-    kv_capacity_tokens: int
-    service_rate_per_s: float  # μ: the stability boundary
-    compute_rate_per_s: float
-    memory_rate_per_s: float
-    binding: str
-    guaranteed_rate_per_s: float  # μ(1 − δ)
-    largest_request_fits: bool  # δ < 1; otherwise no rate is stable
-    goodput_per_s: float  # 0 when no rate meets the SLO
-    slo_feasible: bool
-
-
-@dataclass(frozen=True)
-class PhaseCell:
-    """One (arrival rate, y) cell of the analytic grid."""
-
-    rate_per_s: float
-    y: float
-    regime: str  # slo-feasible | stable | unstable
-    margin: float  # 1 − λ/μ (negative when unstable)
-    utilization: float  # λ/μ
-    binding: str  # the bound that sets μ on this row
-
-
-@dataclass(frozen=True)
-class SimPoint:
-    """A simulated (arrival rate, y) point and its verdict against the formula's."""
-
-    rate_per_s: float
-    y: float
-    utilization: float  # λ/μ predicted
-    analytic_stable: bool
-    simulated_stable: bool
-    queue_growth_per_s: float
-    throughput_per_s: float
-    requests: int
-    preemptions: int
-
-    @property
-    def agrees(self) -> bool:
-        return self.analytic_stable == self.simulated_stable
-
-
-@dataclass(frozen=True)
-class PhasePanel:
-    """A sweep over arrival rate × one y axis."""
-
-    kind: str  # "output" | "kv"
-    y_label: str
-    rates_per_s: tuple[float, ...]
-    rows: tuple[PhaseRow, ...]
-    cells: tuple[PhaseCell, ...] = field(repr=False)
-    points: tuple[SimPoint, ...] = ()
-
-    def cell(self, row: int, col: int) -> PhaseCell:
-        return self.cells[row * len(self.rates_per_s) + col]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "y_label": self.y_label,
-            "rates_per_s": list(self.rates_per_s),
-            "rows": [dict(vars(r)) for r in self.rows],
-            "cells": [dict(vars(c)) for c in self.cells],
-            "points": [{**vars(p), "agrees": p.agrees} for p in self.points],
-        }
-
-
-@dataclass(frozen=True)
-class StabilityPhase:
-    model: str
-    device: str
-    tp: int
-    workload: str
-    slo: SLO
-    max_batched_tokens: int
-    chunk_size: int
-    panels: tuple[PhasePanel, ...]
-    engine: str = "none"  # the serving engine's id ("none": the engine-less roofline)
-
-    def panel(self, kind: str) -> PhasePanel:
-        for p in self.panels:
-            if p.kind == kind:
-                return p
-        raise KeyError(kind)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = {k: v for k, v in vars(self).items() if k not in ("panels", "slo")}
-        d["slo"] = dict(vars(self.slo))
-        d["panels"] = [p.to_dict() for p in self.panels]
-        return d
 
 
 def scale_output_lengths(
@@ -254,6 +162,52 @@ def _sim_point(
     )
 
 
+@dataclass(frozen=True)
+class _Sims:
+    """What the simulated points of a sweep share."""
+
+    table: StepTable
+    rows: int  # per panel (0: none)
+    loads: tuple[float, ...]
+    requests: int
+    seed: int
+
+    def seed_of(self, k: int) -> int:
+        """The ``k``-th point's seed (``k = 1, 2, …`` over both panels, in order)."""
+        return int(np.random.SeedSequence([self.seed, k]).generate_state(1)[0])
+
+
+def _panel_jobs(
+    specs: Specs, srs: list[q.ServiceRate], slo: SLO, sims: _Sims, first_sim: int
+) -> list[Job]:
+    """A panel's jobs: its rows' goodput searches, then its simulated points (numbered
+    from ``first_sim + 1``)."""
+    jobs: list[Job] = [partial(_row, sr, y, slo) for sr, (y, _, _) in zip(srs, specs, strict=True)]
+    if not sims.rows:
+        return jobs
+    for i in _pick(len(specs), sims.rows):
+        sr, (y, w, _) = srs[i], specs[i]
+        eng = sr.instance.engine  # its prefix cache, as the analytic rate has it
+        block = eng.kv_block_tokens if eng is not None and eng.prefix_caching else 0
+        setup = SimSetup(
+            sims.table, sr.kv_capacity_tokens, sr.max_batched_tokens, sr.chunk_size, block
+        )
+        for u in sims.loads:
+            seed = sims.seed_of(first_sim + len(jobs) - len(specs) + 1)
+            jobs.append(partial(_sim_point, setup, sr, w, y, u, sims.requests, seed))
+    return jobs
+
+
+def _panel(
+    kind: str, label: str, srs: list[q.ServiceRate], done: list[Any], rates: int
+) -> PhasePanel:
+    """A panel from its jobs' values (:func:`_panel_jobs`: the rows, then the points)."""
+    rows, points = done[: len(srs)], done[len(srs) :]
+    grid = _rate_grid(rows, rates)
+    cells = [c for r, sr in zip(rows, srs, strict=True) for c in _cells(r, sr, grid)]
+    return PhasePanel(kind, label, grid, tuple(rows), tuple(cells), tuple(points))
+
+
 def stability_phase(
     model: ModelSpec,
     device: Device,
@@ -273,8 +227,16 @@ def stability_phase(
     seed: int = 0,
     progress: Callable[[int], None] | None = None,
     engine: Engine | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
 ) -> StabilityPhase:
     """Sweep both panels; ``progress(1)`` after each row and each simulated point.
+
+    The rows' goodput searches and the simulated points are independent jobs (a point's
+    seed is fixed by its place in the panels): in ``workers`` forked processes or on
+    the Dask cluster ``scheduler`` (:func:`reports.cluster.map_jobs`), the same answer;
+    ``workers`` default: :func:`reports.cluster.default_workers` (a ``LocalCluster``: one
+    per core).
 
     Defaults: output rows at ``DEFAULT_OUTPUT_SCALES × E[o]``; KV rows geometric from
     ``max(1.2·max(s+o), M₀/16)`` to ``M₀`` (``M₀`` = ``kv_capacity_tokens`` or the memory
@@ -285,6 +247,8 @@ def stability_phase(
     """
     if rates < 2:
         raise SpecError(f"need at least 2 arrival rates, got {rates}")
+    if scheduler is not None:
+        check_scheduler(scheduler)
     if sim_rows < 0 or sim_requests < 0:
         raise SpecError("simulated rows and requests must be >= 0")
     if any(not (math.isfinite(u) and u > 0) for u in sim_loads):
@@ -320,40 +284,22 @@ def stability_phase(
         raise SpecError(f"KV capacities must be >= 1 token, got {min(kvs)}")
 
     table = build_step_table(inst, max_batched_tokens)
-    n_sim = [0]
 
-    def sim_seed() -> int:
-        n_sim[0] += 1
-        return int(np.random.SeedSequence([seed, n_sim[0]]).generate_state(1)[0])
-
-    def panel(kind: str, label: str, specs: list[tuple[float, Workload, int]]) -> PhasePanel:
-        srs, rows = [], []
-        for y, w, kv in specs:
-            sr = rate_of(w, kv)
-            srs.append(sr)
-            rows.append(_row(sr, y, slo))
-            tick(1)
-        grid = _rate_grid(rows, rates)
-        cells = [c for r, sr in zip(rows, srs, strict=True) for c in _cells(r, sr, grid)]
-        points = []
-        if sim_requests and sim_rows:
-            for i in _pick(len(rows), sim_rows):
-                sr, (y, w, kv) = srs[i], specs[i]
-                eng = sr.instance.engine  # its prefix cache, as the analytic rate has it
-                block = eng.kv_block_tokens if eng is not None and eng.prefix_caching else 0
-                setup = SimSetup(
-                    table, sr.kv_capacity_tokens, sr.max_batched_tokens, sr.chunk_size, block
-                )
-                for u in sim_loads:
-                    points.append(_sim_point(setup, sr, w, y, u, sim_requests, sim_seed()))
-                    tick(1)
-        return PhasePanel(kind, label, grid, tuple(rows), tuple(cells), tuple(points))
-
-    out_specs = []
+    out_specs: Specs = []
     for y in outs:
         ls = scale_output_lengths(lengths, y)
         out_specs.append((y, Workload(ls.name, ls, workload.arrival_cv), m0))
-    kv_specs = [(float(k), workload, k) for k in kvs]
+    kv_specs: Specs = [(float(k), workload, k) for k in kvs]
+    out_srs = [rate_of(w, kv) for _, w, kv in out_specs]
+    kv_srs = [rate_of(w, kv) for _, w, kv in kv_specs]
+    sims = _Sims(table, sim_rows if sim_requests else 0, tuple(sim_loads), sim_requests, seed)
+    out_jobs = _panel_jobs(out_specs, out_srs, slo, sims, 0)
+    kv_jobs = _panel_jobs(kv_specs, kv_srs, slo, sims, len(out_jobs) - len(out_specs))
+    if workers is None and scheduler is None:
+        workers = default_workers()
+    done = map_jobs(
+        [*out_jobs, *kv_jobs], workers=workers, scheduler=scheduler, on_result=lambda _i: tick(1)
+    )
     return StabilityPhase(
         model=model.id,
         device=device.id,
@@ -363,8 +309,8 @@ def stability_phase(
         max_batched_tokens=base.max_batched_tokens,
         chunk_size=base.chunk_size,
         panels=(
-            panel("output", "mean output tokens", out_specs),
-            panel("kv", "KV capacity (tokens)", kv_specs),
+            _panel("output", "mean output tokens", out_srs, done[: len(out_jobs)], rates),
+            _panel("kv", "KV capacity (tokens)", kv_srs, done[len(out_jobs) :], rates),
         ),
         engine=engine.id if engine else "none",
     )

@@ -362,3 +362,14 @@ def test_a_scheduler_that_does_not_answer_is_one_line_and_no_file(
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert r.stderr.startswith("error: no Dask scheduler answers at tcp://127.0.0.1:9 within 1 s")
     assert list(tmp_path.iterdir()) == [spec]
+
+
+@pytest.mark.parametrize("address", ["http://a:1", "tcp://h:notaport"])
+def test_an_address_dask_cannot_read_is_one_line(tmp_path: Path, address: str) -> None:
+    pytest.importorskip("dask.distributed")
+    out = tmp_path / "o.html"
+    r = runner.invoke(app, ["pd", "phase", "--inputs", "128,512", "--outputs", "32",
+                            "--out", str(out), "--scheduler", address])  # fmt: skip
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert r.stderr.startswith(f"error: --scheduler {address} is not a scheduler address")
+    assert not out.exists()

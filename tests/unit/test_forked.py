@@ -53,8 +53,17 @@ def test_a_job_error_propagates():
         fork_map([partial(_square, 2), _boom], 2)
 
 
-def test_an_unpicklable_job_means_no_pool():
-    assert fork_map([lambda: 1, lambda: 2], 2) is None
+def test_jobs_are_inherited_not_pickled():
+    """The workers find the jobs in their copy of the parent: a job that cannot be pickled
+    (a lambda over a lock) runs in a worker, and the next call's jobs are its own."""
+    import threading
+
+    lock = threading.Lock()
+    jobs = [lambda: (os.getpid(), lock.locked()), lambda: (os.getpid(), 2)]
+    out = fork_map(jobs, 2)
+    assert out is not None and [v for _, v in out] == [False, 2]
+    assert all(pid != os.getpid() for pid, _ in out)
+    assert fork_map([lambda: "again"], 2) == ["again"]
 
 
 def test_parent_interrupt_kills_running_workers(tmp_path):
@@ -127,3 +136,24 @@ def test_a_job_takes_the_values_of_the_jobs_it_follows():
 def test_after_must_name_earlier_jobs():
     with pytest.raises(ValueError, match="earlier jobs"):
         fork_map([_add, partial(_const, 1)], 2, after=[(1,), ()])
+
+
+def _first() -> int:
+    time.sleep(0.2)
+    return 1
+
+
+def _next(x: int) -> tuple[int, int]:
+    return x + 1, os.getpid()
+
+
+def test_jobs_after_others_run_in_the_workers_and_nothing_is_kept():
+    """Three jobs wait for the first (its value their argument) with four workers: each
+    runs in a worker forked before they were submitted, and no call's jobs stay behind."""
+    from perfmodel.forked import _INHERITED
+
+    out = fork_map([_first, _next, _next, _next], 4, after=[(), (0,), (0,), (0,)])
+    assert out is not None and out[0] == 1
+    assert [v for v, _ in out[1:]] == [2, 2, 2]
+    assert all(pid != os.getpid() for _, pid in out[1:])
+    assert _INHERITED == {}

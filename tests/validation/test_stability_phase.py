@@ -19,10 +19,10 @@ from perfmodel.workload.lengths import fixed_lengths, lognormal_lengths
 from perfmodel.workload.presets import PRESETS, Workload, preset
 from perfmodel.workload.slo import SLO
 from reports.stability_plot import stability_figure, stability_html
+from reports.stability_result import StabilityPhase
 from reports.stability_sweep import (
     DEFAULT_SIM_LOADS,
     DEFAULT_SIM_REQUESTS,
-    StabilityPhase,
     scale_output_lengths,
     stability_phase,
 )
@@ -199,3 +199,50 @@ def test_rate_grid_brackets_every_row(phase: StabilityPhase) -> None:
     for p in phase.panels:
         mus = np.array([r.service_rate_per_s for r in p.rows])
         assert p.rates_per_s[0] < mus.min() and p.rates_per_s[-1] > mus.max()
+
+
+@pytest.mark.slow  # a LocalCluster's start and its workers' imports: seconds
+def test_the_jobs_give_the_same_phase_serial_forked_and_on_dask(phase: StabilityPhase) -> None:
+    """The rows' searches and the simulated points are independent jobs with their seeds
+    fixed by their place: the fixture's sweep (forked workers, the default) equals the
+    serial one and a 2-process LocalCluster's, points and all."""
+    pytest.importorskip("dask.distributed")
+    kw = {
+        "slo": SLO(0.5, 0.05), "mean_output_tokens": OUTS, "kv_capacities_tokens": KVS,
+        "rates": 10, "sim_rows": 2, "sim_loads": DEFAULT_SIM_LOADS,
+        "sim_requests": DEFAULT_SIM_REQUESTS, "seed": 1,
+    }  # fmt: skip
+    serial = stability_phase(M8, H100, PLAN, SMALL, workers=1, **kw)  # type: ignore[arg-type]
+    dask = stability_phase(M8, H100, PLAN, SMALL, scheduler="local", workers=2, **kw)  # type: ignore[arg-type]
+    assert phase == serial == dask
+    assert len(phase.panel("output").points) == 2 * len(DEFAULT_SIM_LOADS)
+
+
+def test_the_simulated_points_are_seeded_in_panel_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The k-th simulated point over both panels (the output panel's first, each panel's
+    rows in order, each row's loads in order) gets ``SeedSequence([seed, k])``, k = 1, 2,
+    … — the numbering of the sequential sweep, whatever runs the jobs."""
+    import numpy as np
+
+    import reports.stability_sweep as ss
+
+    sent: list = []
+
+    def capture(jobs, **_kw):  # type: ignore[no-untyped-def]
+        sent.extend(jobs)
+        return [job() for job in jobs]
+
+    monkeypatch.setattr(ss, "map_jobs", capture)
+    loads = (0.9, 1.1)
+    stability_phase(
+        M8, H100, PLAN, SMALL, slo=SLO(0.5, 0.05), mean_output_tokens=OUTS,
+        kv_capacities_tokens=KVS, rates=4, sim_rows=2, sim_loads=loads, sim_requests=200,
+        seed=7,
+    )  # fmt: skip
+    sims = [j for j in sent if j.func is ss._sim_point]
+    assert len(sims) == 2 * 2 * len(loads)  # two panels, two rows each
+    want = [int(np.random.SeedSequence([7, k]).generate_state(1)[0]) for k in range(1, 9)]
+    assert [j.args[-1] for j in sims] == want
+    assert [j.args[4] for j in sims] == list(loads) * 4  # each row's loads in order
+    rows = [j for j in sent if j.func is ss._row]
+    assert [j.args[1] for j in rows] == [*OUTS, *map(float, KVS)]
