@@ -13,7 +13,8 @@ with ``--aiconfigurator BIN`` the same questions asked of aiconfigurator 0.12.0'
 halfway and resumed), ``plan`` (issue 16's plan command and ``perfmodel plan``: cold,
 warm, and warm evaluations with the MILPs solved again), ``phase`` (``pd phase``: the
 default grid, the SLO panel at 20 x 20; ``phase-lengths`` adds the length panel at
-20 x 20, minutes; neither runs by default). Every figure is a median over repeats: the
+20 x 20, minutes; neither runs by default), ``stability`` (``phase stability``'s default
+grid: forked, serial, LocalCluster; not by default). Every figure is a median over repeats: the
 machine may be shared.
 """
 
@@ -316,6 +317,22 @@ def plan(repeats: int, tmp: Path) -> None:
         print("\n".join(rows))
 
 
+def stability(repeats: int, tmp: Path) -> None:
+    """Issue 14's ``phase stability`` item: its default grid (10,080 cells, 24 simulated
+    points), the jobs in two forked workers (the default), serially, and on a 2-process
+    LocalCluster."""
+    out = str(tmp / "stability.html")
+    base = cli("phase", "stability", "--out", out, "--force")
+    print(f"\n== phase stability, default grid (median of {repeats})")
+    for label, extra in (
+        ("2 forked workers", []),
+        ("serial", ["--workers", "1"]),
+        ("LocalCluster, 2 workers", ["--scheduler", "local", "--workers", "2"]),
+    ):
+        wall, cpu, rc = medians([*base, *extra], repeats)
+        print(f"{label:26s} {wall:7.2f} s wall {cpu:7.2f} s CPU (exit {rc})")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", default=["startup", "pd", "gemm", "sim", "sweep", "plan"])
@@ -337,6 +354,8 @@ def main() -> None:
             sweep(tmp)
         if "plan" in a.only:
             plan(max(a.repeats // 2, 1), tmp)
+        if "stability" in a.only:
+            stability(max(a.repeats // 2, 1), tmp)
         if "phase" in a.only or "phase-lengths" in a.only:
             phase(max(a.repeats // 2, 1), tmp, lengths20="phase-lengths" in a.only)
     print("\nload:", uptime(), "|", speed_index())
