@@ -149,9 +149,6 @@ class LatencyEstimate:
     first_decode_step_s: float = math.inf  # E[τ₊] of a request's first decode iteration
     point: OperatingPoint | None = field(default=None, repr=False, compare=False)
 
-    # The percentiles are computed when first read: a goodput search reads only the CDFs
-    # at the SLO targets of most of the rates it tries. A table's three are searched
-    # together when one of them is first read (one search of three quantiles).
     @cached_property
     def _tpot(self) -> Mixture:
         law = self._tpot_law
@@ -161,6 +158,9 @@ class LatencyEstimate:
     def tpot_mean_s(self) -> float:
         return self._tpot.mean()
 
+    # The percentiles are computed when first read: a goodput search reads only the CDFs
+    # at the SLO targets of most of the rates it tries. A table's three are searched
+    # together when one of them is first read (one search of three quantiles).
     @cached_property
     def _ttft_table_s(self) -> list[float]:
         return self._ttft.quantiles(TABLE_PERCENTILES)
