@@ -282,6 +282,13 @@ def phase_cmd(
     slo_scales: Annotated[
         str, typer.Option(help="Multipliers of both SLO targets for the SLO sweep.")
     ] = "0.25,0.5,1,2,4",
+    grid: Annotated[
+        int | None,
+        typer.Option(
+            help="Points per axis of both panels, geometric from the least to the greatest "
+            "of --inputs, --outputs and --slo-scales (20: 20 x 20 cells each)."
+        ),
+    ] = None,
     dtype: DtypeOpt = "bf16",
     force: Annotated[bool, typer.Option(help="Overwrite --out.")] = False,
     engine: po.EngineOpt = po.DEFAULT_ENGINE,
@@ -290,7 +297,7 @@ def phase_cmd(
     json_out: bool = JsonOpt,
 ) -> None:
     """Phase diagrams of the P:D ratio and disaggregation gain (lengths and SLO sweeps)."""
-    from cli.validate import parse_list
+    from cli.validate import geometric_axis, parse_list
     from hardware.device import load_device
     from perfmodel.model import load_model
     from reports.pd_figure import phase_figure_html
@@ -300,9 +307,12 @@ def phase_cmd(
         raise fail(f"{out} exists; pass --force to overwrite it")
     w = _workload(workload, trace)
     slo = _slo(ttft_slo_ms, tpot_slo_ms, slo_percentile)
-    ins = [int(v) for v in parse_list("inputs", inputs)]
-    outs = [int(v) for v in parse_list("outputs", outputs)]
-    scales = parse_list("slo_scales", slo_scales)
+    axes = {k: parse_list(k, v) for k, v in (("inputs", inputs), ("outputs", outputs),
+                                            ("slo_scales", slo_scales))}  # fmt: skip
+    if grid is not None:
+        axes = {k: geometric_axis(k, v, grid) for k, v in axes.items()}
+    ins, outs = [int(v) for v in axes["inputs"]], [int(v) for v in axes["outputs"]]
+    scales = axes["slo_scales"]
     m = load_model(model)
     pdev = load_device(hardware)
     ddev = [load_device(decode_hardware)] if decode_hardware else None

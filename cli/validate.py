@@ -110,6 +110,7 @@ RULES: dict[str, Rule] = {
     "headroom": _r(1, 1000),  # plan: capacity for rate x headroom (a burst factor >= 1)
     "buckets": _r(1, 1000, work_hi=64, why="request buckets of the fleet MILP"),
     "workers": _r(1, 1024),
+    "grid": _r(2, 10_000, work_hi=64, why="points per axis of a phase diagram"),
     "price_per_hour_usd": _r(0, 1_000_000.0, lo_open=True),
     "decode_price_per_hour_usd": _r(0, 1_000_000.0, lo_open=True),
 }
@@ -165,6 +166,20 @@ def check_number(name: str, value: Any, rule: Rule) -> None:
             f"{f} {_n(value)} is over the work limit {_n(rule.work_hi)} ({rule.why}); "
             "pass `perfmodel --no-limits ...` to run it anyway"
         )
+
+
+def geometric_axis(name: str, values: list[float], points: int) -> list[float]:
+    """``points`` (≥ 2: ``RULES["grid"]``) values geometric from the least of ``values`` to
+    the greatest (``--grid``), whole numbers on an integer axis (distinct: a short range
+    gives fewer), three figures otherwise."""
+    kind = LISTS[name][0]
+    lo, hi = min(values), max(values)
+    if lo == hi:
+        raise SpecError(f"--grid needs a range: {flag(name)} has one value, {lo:g}")
+    axis = [lo * (hi / lo) ** (i / (points - 1)) for i in range(points)]
+    if kind == "int":
+        return [float(v) for v in sorted({round(v) for v in axis})]
+    return [float(f"{v:.3g}") for v in axis]
 
 
 def parse_list(name: str, text: str) -> list[float]:
