@@ -78,7 +78,7 @@ def phase_sweeps(
         from reports.cluster import default_workers
 
         workers = default_workers()
-    if (scheduler is not None or (workers or 1) > 1) and len(inputs) > 1:
+    if scheduler is not None or (workers or 1) > 1:  # the SLO job beside even one row
         order = sorted(range(len(inputs)), key=lambda i: -inputs[i])  # long prompts first
         rows = [
             partial(length_sweep, model, devices, slo, inputs=[inputs[i]], outputs=outputs,
