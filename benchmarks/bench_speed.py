@@ -171,11 +171,12 @@ def pd(repeats: int, aic: str | None, tmp: Path) -> None:
         print(line)
 
 
-def _grid(lo: float, hi: float, n: int, digits: int | None = None) -> str:
-    """``n`` geometric values from ``lo`` to ``hi``: ``digits`` significant figures, else
-    whole numbers (token counts)."""
-    vals = [lo * (hi / lo) ** (i / (n - 1)) for i in range(n)]
-    return ",".join(f"{v:.{digits}g}" if digits else str(round(v)) for v in vals)
+def _grid(axis: str, lo: float, hi: float, n: int) -> str:
+    """``--grid``'s ``n`` geometric values of ``axis`` from ``lo`` to ``hi`` (one axis of
+    the 20 x 20 panels), as a list option."""
+    from cli.validate import geometric_axis
+
+    return ",".join(f"{v:g}" for v in geometric_axis(axis, [lo, hi], n))
 
 
 def phase(repeats: int, tmp: Path, *, lengths20: bool) -> None:
@@ -189,10 +190,19 @@ def phase(repeats: int, tmp: Path, *, lengths20: bool) -> None:
     cases = [
         ("default grid, 2 workers", [*base, "--workers", "2"], repeats),
         ("default grid, serial", [*base, "--workers", "1"], repeats),
-        ("SLO panel 20x20", [*base, *one, "--slo-scales", _grid(0.25, 4, 20, 3)], repeats),
+        (
+            "SLO panel 20x20",
+            [*base, *one, "--slo-scales", _grid("slo_scales", 0.25, 4, 20)],
+            repeats,
+        ),
     ]
     if lengths20:
-        grid = ["--inputs", _grid(128, 8192, 20), "--outputs", _grid(32, 2048, 20)]
+        grid = [
+            "--inputs",
+            _grid("inputs", 128, 8192, 20),
+            "--outputs",
+            _grid("outputs", 32, 2048, 20),
+        ]
         cases.append(("length panel 20x20", [*base, *grid, "--slo-scales", "1"], 1))
     print(f"\n== pd phase (median of {repeats}; the 20x20 length panel once)")
     for label, cmd, n in cases:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from reports.cluster import SCHEDULER_HELP
+
 if TYPE_CHECKING:
     from hardware.device import Device
     from hardware.engine import Engine
@@ -44,8 +46,7 @@ WorkersOpt = Annotated[
 SchedulerOpt = Annotated[
     str | None,
     typer.Option(
-        help="Run the grid's jobs on Dask: serial, local (a LocalCluster, one worker process "
-        "per core) or tcp://host:8786 (default: processes forked here)."
+        help=f"Run the grid's jobs on Dask: {SCHEDULER_HELP} (default: processes forked here)."
     ),
 ]
 MoeModelOpt = Annotated[

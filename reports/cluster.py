@@ -42,16 +42,16 @@ def keep_freed_heap() -> None:
     ``LocalCluster`` starts (glibc reads ``MALLOC_TOP_PAD_`` and ``MALLOC_MMAP_THRESHOLD_``
     at a process's start; a user's own settings are kept, here too).
 
-    A sweep chunk's step-time arrays (tens of MB of temporaries) were otherwise returned to the
-    kernel when freed and page-faulted in again by the next chunk: a third of a chunk's
-    time was the kernel's (0.54 of 1.89 s for ten chunks; 0.02 s with a 64 MiB pad, 0.42 s
-    with 32 MiB), and two worker processes contended on it; a PD phase diagram's rows on a 2-worker
-    ``LocalCluster`` spent 9 s of 48 s of CPU in the kernel (0.6 s with the pad; forked
-    workers inherit this process's warmed-up heap and did not). Setting the pad by
-    ``mallopt`` also freezes glibc's mmap threshold where it stands, so the threshold is
-    set with it: arrays up to 32 MiB come from the heap whatever ran before. Not done for
-    every command: the pad stays resident (``predict gemm`` on 10⁶ shapes: 192 MB peak
-    instead of 165 MB). Elsewhere than glibc on Linux: the environment only."""
+    A sweep chunk's step-time arrays (tens of MB of temporaries) were otherwise returned
+    to the kernel when freed and page-faulted in again by the next chunk: a third of a
+    chunk's time was the kernel's (0.54 of 1.89 s for ten chunks; 0.02 s with a 64 MiB
+    pad, 0.42 s with 32 MiB), and two worker processes contended on it; a PD phase
+    diagram's rows on a 2-worker ``LocalCluster`` spent 9 s of 48 s of CPU in the kernel
+    (0.6 s with the pad; forked workers inherit this process's warmed-up heap). Setting
+    the pad by ``mallopt`` also freezes glibc's mmap threshold where it stands, so the
+    threshold is set with it: arrays up to 32 MiB come from the heap whatever ran before.
+    Not done for every command: the pad stays resident (``predict gemm`` on 10⁶ shapes:
+    192 MB peak instead of 165 MB). Elsewhere than glibc on Linux: the environment only."""
     settings = {  # mallopt parameter (malloc.h) -> environment variable, value
         -2: ("MALLOC_TOP_PAD_", HEAP_PAD_BYTES),  # M_TOP_PAD
         -3: ("MALLOC_MMAP_THRESHOLD_", HEAP_ARRAY_BYTES),  # M_MMAP_THRESHOLD

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -282,31 +283,23 @@ def backlog_chain(
     # point of the same τ) so the state space stays ≤ MAX_LEVELS·G/2 + 1 — when the drift
     # says so before a solve, or when a solve's tail asks for more than COARSE_LEVELS
     drift = lam * tau[G] * prompts.mean_tokens / b_prime
-    coarsen = G % 2 == 0 and drift < 1
-    if coarsen and start_levels(min_levels, f.size, G, drift) > COARSE_LEVELS:
-        coarsen, G, delta, tau = False, G // 2, 2 * delta, tau[::2]
-        plus = None if plus is None else plus[::2]
-        f = grid_pmf(prompts.tokens, prompts.weights, delta)
-    chain = solve_chain(
-        tau,
-        f,
-        rate_per_s=lam,
-        decode_seqs=decode_seqs,
-        budget_tokens=b_prime,
-        min_levels=min_levels,
-        max_levels=COARSE_LEVELS if coarsen else MAX_LEVELS,
-    )
+    halvable = G % 2 == 0 and drift < 1
+
+    def halved() -> tuple[int, float, Arr, Arr | None, Arr]:
+        return (
+            G // 2, 2 * delta, tau[::2], None if plus is None else plus[::2],
+            grid_pmf(prompts.tokens, prompts.weights, 2 * delta),
+        )  # fmt: skip
+
+    if halvable and start_levels(min_levels, f.size, G, drift) > COARSE_LEVELS:
+        G, delta, tau, plus, f = halved()
+        halvable = False
+    solve = partial(solve_chain, rate_per_s=lam, decode_seqs=decode_seqs, budget_tokens=b_prime)
+    cap = COARSE_LEVELS if halvable else MAX_LEVELS
+    chain = solve(tau, f, min_levels=min_levels, max_levels=cap)
     if chain is not None and chain.wanted_levels:
-        G, delta, tau = G // 2, 2 * delta, tau[::2]
-        plus = None if plus is None else plus[::2]
-        chain = solve_chain(
-            tau,
-            grid_pmf(prompts.tokens, prompts.weights, delta),
-            rate_per_s=lam,
-            decode_seqs=decode_seqs,
-            budget_tokens=b_prime,
-            min_levels=chain.wanted_levels,
-        )
+        G, delta, tau, plus, f = halved()
+        chain = solve(tau, f, min_levels=chain.wanted_levels)
     return chain if chain is None or plus is None else replace(chain, plus_step_s=plus)
 
 
