@@ -248,6 +248,23 @@ class PDPhaseSweeps:
         return {"lengths": self.lengths.to_dict(), "slo": self.slo.to_dict()}
 
 
+Hints = dict[tuple[str, int], float]
+
+
+def _next_hints(prev: Hints | None, before: Hints | None, above: Hints | None) -> Hints:
+    """A cell's colocated hints (each configuration's goodput as a fraction of its μ):
+    the previous cell's of the row, moved on by its step from the one before it (a row's
+    goodput fraction drifts with the length: the first estimate lands in the right
+    bracket more often), clipped to ``[10⁻³, 1]``; the first cell of a row takes the cell
+    above's. Only where the estimates go depends on them."""
+    if not prev:
+        return dict(above or {})
+    return {
+        k: min(max(2 * h - before[k], 1e-3), 1.0) if before and k in before else h
+        for k, h in prev.items()
+    }
+
+
 @one_blas_thread()
 def _sweep(
     model: ModelSpec,
@@ -270,7 +287,7 @@ def _sweep(
     it); ``one_workload`` (an SLO sweep): it and the colocated estimates are shared by
     every cell."""
     cells = []
-    hints: dict[tuple[int, int], dict[tuple[str, int], float]] = {}
+    hints: dict[tuple[int, int], Hints] = {}
     memos: tuple[dict[tuple[Any, ...], Any], ColocatedMemo] | None = (
         ({}, ColocatedMemo()) if one_workload else None
     )
@@ -278,8 +295,10 @@ def _sweep(
         row_memo: dict[tuple[Any, ...], Any] = {}
         for j, x in enumerate(xs):
             w, slo = point(y, x)
-            # the colocated search starts from the previous cell of the row (or the one above)
-            hints[i, j] = dict(hints.get((i, j - 1)) or hints.get((i - 1, j)) or {})
+            # the colocated search starts from the row's trend (or the cell above)
+            hints[i, j] = _next_hints(
+                hints.get((i, j - 1)), hints.get((i, j - 2)), hints.get((i - 1, j))
+            )
             cells.append(
                 _cell(
                     model, devices, decode_devices or devices, w, slo, y, x, *dtypes, engine,

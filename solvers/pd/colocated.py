@@ -32,6 +32,11 @@ from solvers.pd.results import Colocated
 
 COLOCATED_BUDGET_TOKENS = 2048  # chunked-prefill token budget of the baseline (Sarathi-Serve)
 
+#: predictions in a row that decided no bisection step before the search bisects plainly
+#: (2 sent a row's cells back to μ/2 after two misses above a stale hint: 2.5 % more
+#: estimates over six rows of the 20 × 20 length panel; 3 and 5 made the same)
+PLAIN_AFTER = 3
+
 _Quantiles = tuple[float, float | None]  # TTFT and TPOT quantiles of one estimate (s)
 
 
@@ -229,7 +234,7 @@ class _Race:
         mid = 0.5 * (self.lo + self.hi)
         guess = self.ok.predict(self.lo, self.hi)
         beat = floor * self.sv.devices  # the rate this configuration must exceed to win
-        if self.misses >= 2:
+        if self.misses >= PLAIN_AFTER:
             probe = mid  # the predictions do not help here: plain bisection
         elif self.proven_per_gpu < floor and guess < beat and self.ok.known(beat) is None:
             probe = beat  # predicted to lose: a miss at `beat` proves it
@@ -271,7 +276,8 @@ def colocated_baseline(
     answers. ``engine``: as in :func:`solvers.pd.enumerate.evaluate_options`.
     ``hints``: each configuration's goodput as a fraction of μ by ``(device id, TP)``,
     where the first estimates go (a neighbouring cell's, e.g. of a length sweep), updated
-    with this call's; same answers, fewer estimates when the hints are close.
+    with this call's (the middle of a converged bisection's last bracket, else the
+    predicted threshold); same answers, fewer estimates when the hints are close.
     """
     memo = memo or ColocatedMemo()
     cands = []
@@ -320,7 +326,9 @@ def colocated_baseline(
         max(live, key=lambda r: r.bound).advance(floor)
     if hints is not None:
         for r, (_, key) in zip(races, cands, strict=True):
-            guess = r.lo if r.done and r.moved else r.ok.predict(r.lo, r.hi)
+            # a converged bisection's bracket middle (its end is a bracket end of the next
+            # cell too, where rounding would pick the bracket a hint extrapolated to)
+            guess = 0.5 * (r.lo + r.hi) if r.done and r.moved else r.ok.predict(r.lo, r.hi)
             hints[key] = guess / r.sv.rate_per_s
     best: Colocated | None = None
     floors = []

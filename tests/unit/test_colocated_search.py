@@ -131,3 +131,33 @@ def test_a_ttft_miss_decides_its_rate_without_the_tpot_law() -> None:
     assert "_tpot" in est.__dict__
     assert copy.tpot_quantile_s(0.9) == est.tpot_quantile_s(0.9)
     assert copy.tpot_mean_s == est.tpot_mean_s == latency(sv, rate).tpot_mean_s
+
+
+def test_a_converged_hint_is_its_last_bracket_middle() -> None:
+    """The winner's hint is the middle of its bisection's last bracket ``[lo, hi]``: above
+    the goodput ``lo`` and by less than the bracket's relative width (2 %) of ``hi``."""
+    slo = SLO(0.5, 0.05, percentile=0.9)
+    hints: dict[tuple[str, int], float] = {}
+    got = colocated_baseline(MODEL, WORK, slo, devices=[H100], hints=hints)
+    mu = service_rate(
+        Instance(MODEL, H100, parallel_plan(got.tp, "bf16", "bf16")), WORK,
+        max_batched_tokens=2048,
+    ).rate_per_s  # fmt: skip
+    lo = got.goodput_per_instance_per_s
+    mid = hints[H100.id, got.tp] * mu
+    assert lo < mid <= lo * (1 + 1 / (1 - 0.02)) / 2 * (1 + 1e-12)  # hi - lo <= 2 % of hi
+
+
+def test_row_hints_follow_the_trend() -> None:
+    """The next cell's hint moves on by the row's last step, clipped to [10⁻³, 1]; a row's
+    first cell takes the cell above's; a configuration seen once keeps its hint."""
+    from reports.pd_plot import _next_hints
+
+    a, b = ("h100-sxm", 1), ("h100-sxm", 2)
+    assert _next_hints({a: 0.62, b: 0.99}, {a: 0.60, b: 0.90}, None) == pytest.approx(
+        {a: 0.64, b: 1.0}
+    )
+    assert _next_hints({a: 0.01}, {a: 0.2}, None) == {a: 1e-3}
+    assert _next_hints({a: 0.5, b: 0.7}, {a: 0.4}, None) == pytest.approx({a: 0.6, b: 0.7})
+    assert _next_hints(None, None, {a: 0.3}) == {a: 0.3}
+    assert _next_hints({}, None, None) == {}
