@@ -89,11 +89,15 @@ def test_time_limit_stops_the_parallel_pd_phase(monkeypatch, tmp_path) -> None: 
     monkeypatch.setenv("PERFMODEL_TIME_LIMIT_S", "2")
     monkeypatch.setenv("PERFMODEL_CACHE_DIR", "off")
     out = tmp_path / "phase.html"
-    scales = ",".join(f"{0.25 * 1.2**k:.4g}" for k in range(16))  # a 256-cell SLO job
+    # one row of 30 cells of 8k-token prompts: about 9 s of work on an idle 2-core machine
+    # (a 256-cell SLO job, 2 s, no longer outlasted the limit once the search sped up)
+    outputs = ",".join(str(int(32 * 1.15**k)) for k in range(30))
     t0 = time.monotonic()
     r = runner.invoke(
-        app, ["pd", "phase", "--out", str(out), "--slo-scales", scales, "--workers", "2"]
-    )
+        app,
+        ["pd", "phase", "--out", str(out), "--inputs", "8192", "--outputs", outputs,
+         "--workers", "2"],
+    )  # fmt: skip
     assert r.exit_code == 2 and time.monotonic() - t0 < 8
     assert r.output.startswith("error: stopped after 2 s, the time limit")
     assert not out.exists()
