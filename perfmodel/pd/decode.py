@@ -35,7 +35,7 @@ from perfmodel.pd.config import (
 from perfmodel.serving.classic_queues import erlang_c
 from perfmodel.serving.latency_laws import sum_ctx_sq, window_variance_factor
 from perfmodel.serving.search import cdf_quantile, max_rate
-from perfmodel.serving.servemix import compress_atoms
+from perfmodel.serving.servemix import compress_atoms, decode_sensitivities, noise_coefficient
 from perfmodel.special import distinct_sorted, log_ndtr
 from perfmodel.special import ndtr_array as ndtr
 from perfmodel.step.batch import Batch
@@ -286,14 +286,8 @@ def decode_profile(
     grid = distinct_sorted(np.concatenate([np.linspace(0, top, 513), np.arange(0, 9)]))
     bt = config.instance(model).iteration_s(Batch.decode(np.maximum(grid, 1.0), ctx))
     # sensitivities at a representative batch for the batch-noise variance
-    nb = max(1.0, 0.5 * slots)
-    k0 = nb * ctx
-    z3 = np.zeros(3)
-    pts = Batch(z3, z3, z3, z3, np.array([nb, nb + 1, nb]), np.array([k0, k0, k0 + ctx]))
-    t3 = config.instance(model).iteration_s(pts)
-    dn = float(t3[1] - t3[0])
-    dk = float(t3[2] - t3[0]) / ctx
-    var_coef = dn**2 + 2 * dn * dk * ctx + dk**2 * ctx2
+    dn, dk = decode_sensitivities(config.instance(model), 0.5 * slots, ctx)
+    var_coef = noise_coefficient(dn, dk, ctx, ctx2)
     # unloaded TPOT per request: alone, at its own mean context s + (o − 2)/2
     fs, fo = lengths.input_tokens[multi], lengths.output_tokens[multi]
     mctx, mw = compress_atoms(

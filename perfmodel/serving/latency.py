@@ -75,10 +75,11 @@ from perfmodel.serving.servemix import (
     PROMPT_BINS,
     RequestMoments,
     compress_atoms,
+    decode_sensitivities,
     lumped_iteration,
+    noise_coefficient,
 )
 from perfmodel.serving.tagged import decode_variance
-from perfmodel.step.batch import Batch
 from perfmodel.step.instance import Instance
 from perfmodel.workload.lengths import LengthDistribution
 
@@ -351,15 +352,9 @@ def _batch_noise(
     server, negative binomial for a linear step: ``Var N = N̄/(1 − ρ_b)``,
     ``ρ_b = λ·E[o − 1]·∂τ/∂N``. Matters where the per-sequence cost is a large share of
     the step (L40S: 0.3 ms per decoder of Llama-3.1-8B on a 23 ms step)."""
-    n_bar = max(decoders, 1.0)
     ctx = m.decode_context_tokens / max(m.decode_steps, 1e-12)
-    k0 = n_bar * ctx
-    z3 = np.zeros(3)
-    pts = Batch(z3, z3, z3, z3, np.array([n_bar, n_bar + 1, n_bar]), np.array([k0, k0, k0 + ctx]))
-    t3 = np.asarray(inst.iteration_s(pts))
-    dn, dk = float(t3[1] - t3[0]), float(t3[2] - t3[0]) / max(ctx, 1e-12)
-    ctx2 = atoms.ctx_sq_tokens2 / max(m.decode_steps, 1e-12)
-    var_coef = dn * dn + 2 * dn * dk * ctx + dk * dk * ctx2
+    dn, dk = decode_sensitivities(inst, decoders, ctx)
+    var_coef = noise_coefficient(dn, dk, ctx, atoms.ctx_sq_tokens2 / max(m.decode_steps, 1e-12))
     rho_b = min(lam * m.decode_steps * (dn + dk * ctx), 0.95)
     var_pop = decoders / (1.0 - max(rho_b, 0.0))
     return np.asarray(var_pop * window_variance_factor(steps, weights) * var_coef)

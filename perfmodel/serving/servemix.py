@@ -154,6 +154,33 @@ def decode_only(n_d: float, ctx_per_seq: float, size: int) -> Batch:
     return Batch.decode(np.full(size, n_d), np.full(size, ctx_per_seq))
 
 
+def decode_sensitivities(inst: Instance, decoders: float, ctx: float) -> tuple[float, float]:
+    """``(∂τ/∂N, ∂τ/∂K)`` of a decode-only iteration of ``N = decoders`` requests holding
+    ``K = N·ctx`` cached tokens: what one more decoder and one more cached token add.
+
+    ``∂τ/∂N`` is the one-decoder step up from ``N``, or the one down to it where that is
+    smaller: a step up that crosses a GEMM row tile (``hardware.roofline.padded_rows``:
+    512 → 513 rows start a 128-row tile) jumps by a whole tile's compute, 128 times the
+    slope of the rows around it (a 20 % step of a compute-bound Llama-3.1-8B iteration
+    at 512 decoders), and the decode-batch noise built on it then gave a p90 TPOT of
+    half its mean. The step down is taken only where it is the smaller (otherwise the
+    step up, to the bit)."""
+    n = max(decoders, 1.0)
+    k0 = n * ctx
+    z = np.zeros(4)
+    pts = Batch(z, z, z, z, np.array([n, n + 1, n, n - 1]), np.array([k0, k0, k0 + ctx, k0]))
+    t = np.asarray(inst.iteration_s(pts))
+    up, down = float(t[1] - t[0]), float(t[0] - t[3])
+    dn = down if n >= 2 and up > down * (1 + 1e-9) else up
+    return dn, float(t[2] - t[0]) / max(ctx, 1e-12)
+
+
+def noise_coefficient(dn: float, dk: float, ctx: float, ctx_sq: float) -> float:
+    """``E[(∂τ/∂N + ∂τ/∂K·c)²]`` over a member's contexts ``c`` (mean ``ctx``, mean square
+    ``ctx_sq``): the variance one decoding request adds to a step per unit of ``Var N``."""
+    return dn * dn + 2 * dn * dk * ctx + dk * dk * ctx_sq
+
+
 @dataclass(frozen=True)
 class LumpedIteration:
     """Iteration times with ``n_d`` decoders and whole prompts (see the module docstring)."""
