@@ -37,7 +37,7 @@ from perfmodel.units import MS_PER_S
 from perfmodel.workload.lengths import fixed_lengths
 from perfmodel.workload.presets import Workload
 from perfmodel.workload.slo import SLO
-from solvers.pd.colocated import ColocatedMemo
+from solvers.pd.colocated import LOW_FRACTION, ColocatedMemo, Hints
 from solvers.pd.enumerate import EngineSpec, one_blas_thread, profile_options
 from solvers.pd.fluid import fluid_best
 from solvers.pd.plan import colocated_baseline
@@ -183,7 +183,7 @@ def _cell(
     kv_dtype: str,
     engine: EngineSpec = None,
     memos: tuple[dict[tuple[Any, ...], Any], ColocatedMemo] | None = None,
-    hints: dict[tuple[str, int], float] | None = None,
+    hints: Hints | None = None,
 ) -> PDCell:
     """One cell; ``memos``: the phase-options memo (shareable by any cells:
     :func:`profile_options`, :func:`fluid_best`) and the colocated estimates (shared by
@@ -248,19 +248,17 @@ class PDPhaseSweeps:
         return {"lengths": self.lengths.to_dict(), "slo": self.slo.to_dict()}
 
 
-Hints = dict[tuple[str, int], float]
-
-
-def _next_hints(prev: Hints | None, before: Hints | None, above: Hints | None) -> Hints:
-    """A cell's colocated hints (each configuration's goodput as a fraction of its μ):
-    the previous cell's of the row, moved on by its step from the one before it (a row's
-    goodput fraction drifts with the length: the first estimate lands in the right
-    bracket more often), clipped to ``[10⁻³, 1]``; the first cell of a row takes the cell
-    above's. Only where the estimates go depends on them."""
+def _next_hints(prev: Hints | None, prev2: Hints | None, above: Hints | None) -> Hints:
+    """A cell's colocated hints (:func:`colocated_baseline`'s, each configuration's
+    expected goodput as a fraction of its μ): those the previous cell of the row left,
+    moved on by their step from the cell before it (a row's goodput fraction drifts with
+    the length: the first estimate lands in the right bracket more often), clipped to the
+    bisection's ``[LOW_FRACTION, 1]``; the first cell of a row takes the cell above's (a
+    copy). Only where the estimates go depends on them."""
     if not prev:
         return dict(above or {})
     return {
-        k: min(max(2 * h - before[k], 1e-3), 1.0) if before and k in before else h
+        k: min(max(2 * h - prev2[k], LOW_FRACTION), 1.0) if prev2 and k in prev2 else h
         for k, h in prev.items()
     }
 

@@ -89,8 +89,9 @@ def test_time_limit_stops_the_parallel_pd_phase(monkeypatch, tmp_path) -> None: 
     monkeypatch.setenv("PERFMODEL_TIME_LIMIT_S", "2")
     monkeypatch.setenv("PERFMODEL_CACHE_DIR", "off")
     out = tmp_path / "phase.html"
-    # one row of 30 cells of 8k-token prompts: about 9 s of work on an idle 2-core machine
-    # (a 256-cell SLO job, 2 s, no longer outlasted the limit once the search sped up)
+    # one row of 30 cells of 8k-token prompts, beside the default SLO job: about 7 s on an
+    # idle 2-core machine (the 256-cell SLO job used before took about 2 s once the
+    # search sped up, too close to the limit)
     outputs = ",".join(str(int(32 * 1.15**k)) for k in range(30))
     t0 = time.monotonic()
     r = runner.invoke(

@@ -134,30 +134,32 @@ def test_a_ttft_miss_decides_its_rate_without_the_tpot_law() -> None:
 
 
 def test_a_converged_hint_is_its_last_bracket_middle() -> None:
-    """The winner's hint is the middle of its bisection's last bracket ``[lo, hi]``: above
-    the goodput ``lo`` and by less than the bracket's relative width (2 %) of ``hi``."""
+    """The winner's hint is the middle of its bisection's last bracket ``[lo, hi]``
+    (``hi − lo ≤ 2 %`` of ``hi``): above the goodput ``lo``, by at most 1 % of ``hi``."""
     slo = SLO(0.5, 0.05, percentile=0.9)
     hints: dict[tuple[str, int], float] = {}
-    got = colocated_baseline(MODEL, WORK, slo, devices=[H100], hints=hints)
-    mu = service_rate(
-        Instance(MODEL, H100, parallel_plan(got.tp, "bf16", "bf16")), WORK,
-        max_batched_tokens=2048,
-    ).rate_per_s  # fmt: skip
-    lo = got.goodput_per_instance_per_s
-    mid = hints[H100.id, got.tp] * mu
-    assert lo < mid <= lo * (1 + 1 / (1 - 0.02)) / 2 * (1 + 1e-12)  # hi - lo <= 2 % of hi
+    memo = ColocatedMemo()
+    got = colocated_baseline(MODEL, WORK, slo, devices=[H100], memo=memo, hints=hints)
+    sv = memo.services[H100.id, got.tp]
+    assert sv is not None
+    lo, mid = got.goodput_per_instance_per_s, hints[H100.id, got.tp] * sv.rate_per_s
+    hi_max = lo / (1 - 0.02)
+    assert lo < mid <= (lo + hi_max) / 2 * (1 + 1e-12)
 
 
-def test_row_hints_follow_the_trend() -> None:
-    """The next cell's hint moves on by the row's last step, clipped to [10⁻³, 1]; a row's
-    first cell takes the cell above's; a configuration seen once keeps its hint."""
-    from reports.pd_plot import _next_hints
+@pytest.mark.parametrize("plain_after", [1, 2, 100])
+def test_plain_bisection_threshold_moves_estimates_not_answers(
+    plain_after: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any number of undecisive predictions before plain bisection gives the same answer,
+    with hints far off (another workload's) or none."""
+    import solvers.pd.colocated as colocated
 
-    a, b = ("h100-sxm", 1), ("h100-sxm", 2)
-    assert _next_hints({a: 0.62, b: 0.99}, {a: 0.60, b: 0.90}, None) == pytest.approx(
-        {a: 0.64, b: 1.0}
-    )
-    assert _next_hints({a: 0.01}, {a: 0.2}, None) == {a: 1e-3}
-    assert _next_hints({a: 0.5, b: 0.7}, {a: 0.4}, None) == pytest.approx({a: 0.6, b: 0.7})
-    assert _next_hints(None, None, {a: 0.3}) == {a: 0.3}
-    assert _next_hints({}, None, None) == {}
+    slo = SLO(0.5, 0.05, percentile=0.9)
+    far: dict[tuple[str, int], float] = {}
+    colocated_baseline(MODEL, Workload("f-128-1024", fixed_lengths(128, 1024)), slo,
+                       devices=[H100], hints=far)  # fmt: skip
+    plain = colocated_baseline(MODEL, WORK, slo, devices=[H100])
+    monkeypatch.setattr(colocated, "PLAIN_AFTER", plain_after)
+    assert colocated_baseline(MODEL, WORK, slo, devices=[H100]) == plain
+    assert colocated_baseline(MODEL, WORK, slo, devices=[H100], hints=dict(far)) == plain

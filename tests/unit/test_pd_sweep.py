@@ -162,3 +162,43 @@ def test_fluid_best_raises_as_the_fluid_optimum_when_no_pair_meets_the_slos() ->
     with pytest.raises(InfeasibleError) as best:
         fluid_best(po, slo, model=MODEL, memo=memo)
     assert str(best.value) == str(full.value)
+
+
+def test_row_hints_follow_the_trend() -> None:
+    """The next cell's hint moves on by the row's last step, clipped to [10⁻³, 1]; a row's
+    first cell takes a copy of the cell above's; a configuration seen once keeps its hint."""
+    from reports.pd_plot import _next_hints
+
+    a, b = ("h100-sxm", 1), ("h100-sxm", 2)
+    assert _next_hints({a: 0.62, b: 0.99}, {a: 0.60, b: 0.90}, None) == pytest.approx(
+        {a: 0.64, b: 1.0}
+    )
+    assert _next_hints({a: 0.01}, {a: 0.2}, None) == {a: 1e-3}
+    assert _next_hints({a: 0.5, b: 0.7}, {a: 0.4}, None) == pytest.approx({a: 0.6, b: 0.7})
+    above = {a: 0.3}
+    got = _next_hints({}, None, above)
+    assert got == above and got is not above
+    assert _next_hints(None, None, None) == {}
+
+
+def test_a_sweep_hands_each_cell_its_rows_trend(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a row, cell j starts from 2·h(j − 1) − h(j − 2) of the hints the two cells before
+    it left (not the other way round), and a row's first cell from the cell above's."""
+    import reports.pd_plot as pd_plot
+
+    real = pd_plot.colocated_baseline
+    seen: list[tuple[dict, dict]] = []  # type: ignore[type-arg]
+
+    def spy(*args, hints, **kw):  # type: ignore[no-untyped-def]
+        given = dict(hints)
+        out = real(*args, hints=hints, **kw)
+        seen.append((given, dict(hints)))
+        return out
+
+    monkeypatch.setattr(pd_plot, "colocated_baseline", spy)
+    length_sweep(MODEL, [H100], SLO_, inputs=[512, 1024], outputs=[32, 64, 128])
+    (g0, l0), (g1, l1), (g2, _), (g3, _), _, _ = seen
+    assert g0 == {} and g1 == l0 and g3 == l0  # a row's first cell: the one above's
+    assert g2 and g2 == pytest.approx(
+        {k: min(max(2 * h - l0[k], 1e-3), 1.0) for k, h in l1.items()}
+    )
