@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numpy.typing import NDArray
 
-from perfmodel.serving.compound_poisson import compound_poisson, cp_transform, fft_size
+from perfmodel.serving.compound_poisson import cp_transform, fft_size
 from perfmodel.serving.prefill_chain import PROFILE_STEPS, V_NODES, BacklogChain
 
 Arr = NDArray[np.float64]
@@ -183,13 +183,16 @@ def _arrival(chain: BacklogChain) -> tuple[float, Arr]:
     zs = [_lump(z1, n)]
     top = int(np.nonzero(mass_m > 1e-9 * total)[0].max(initial=1))
     if top >= 2:
-        ms = np.arange(2, top + 1)
-        sel = m_of_y[None, :] == ms[:, None]  # (top − 1, n)
-        w_pv = np.einsum("pvy,my->mpv", Y, sel.astype(np.float64))
-        r_bar = (w_pv * rate_pv).sum(axis=(1, 2)) / np.maximum(w_pv.sum(axis=(1, 2)), 1e-300)
-        a_bar = compound_poisson(r_bar, f, n)
+        # bucket m ≥ 2 holds y = (m − 1)·G + 1 … m·G (consecutive: sums by reduceat)
+        edges = np.arange(1, top + 1) * G + 1  # bucket starts, then the end of bucket top
+        w_pv = np.add.reduceat(Y[:, :, : min(edges[-1], n)], edges[:-1], axis=2)
+        r_bar = (w_pv * rate_pv[:, :, None]).sum(axis=(0, 1))
+        r_bar /= np.maximum(w_pv.sum(axis=(0, 1)), 1e-300)
+        sel = m_of_y[None, :] == np.arange(2, top + 1)[:, None]  # (top − 1, n)
         ym = np.where(sel, y_tot[None, :], 0.0)
-        zm = np.fft.irfft(np.fft.rfft(ym, size, axis=1) * np.fft.rfft(a_bar, size, axis=1), size)
+        # Z_m = y_m ∗ CP(r̄_m): the transform of CP(r̄_m) directly (what lies beyond the
+        # grid is lumped at its top either way)
+        zm = np.fft.irfft(np.fft.rfft(ym, size, axis=1) * cp_transform(r_bar, F), size)
         zs += [_lump(z, n) for z in zm]
     # start = Σ_m Z_m·T^{m−1} (Horner): the law at the start of its last prefill iteration
     start = zs[-1]
