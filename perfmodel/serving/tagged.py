@@ -177,9 +177,8 @@ def _arrival(chain: BacklogChain) -> tuple[float, Arr]:
     # k + m. m = 1 exactly (A_after depends on the arrival iteration and the position);
     # m ≥ 2: A_after is a small part of what arrives before R's last iteration, and its
     # rate is averaged over (u, v) given m (one convolution per m).
-    one = m_of_y == 1
-    y1 = np.where(one[None, None, :], Y, 0.0)
-    z1 = np.fft.irfft((np.fft.rfft(y1, size, axis=2) * A_hat).sum(axis=(0, 1)), size)
+    # m = 1: y = 0 … G (the transform pads the rest with zeros)
+    z1 = np.fft.irfft((np.fft.rfft(Y[:, :, : G + 1], size, axis=2) * A_hat).sum(axis=(0, 1)), size)
     zs = [_lump(z1, n)]
     top = int(np.nonzero(mass_m > 1e-9 * total)[0].max(initial=1))
     if top >= 2:
