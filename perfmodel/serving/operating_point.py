@@ -105,6 +105,9 @@ class _FixedPoint:
         self.levels = levels
         self.excess, self.ttft = 0.0, 0.0
         self.chains: dict[float, tuple[BacklogChain, Arr]] = {}  # n_d → (chain, τ₊ at n_d)
+        #: exact evaluations by (n_d, excess, TTFT): :meth:`solve`'s check of a point is
+        #: also the first point of its exact search
+        self.exact: dict[tuple[float, float, float], _Eval | None] = {}
 
     def _chain(self, n_d: float) -> tuple[BacklogChain, Arr] | None:
         """The chain at ``n_d`` and its ``τ₊`` at ``N̄ = n_d`` (cached by ``n_d``)."""
@@ -141,6 +144,15 @@ class _FixedPoint:
         ``n_d`` alone, as the search needs."""
         if n_d >= self.B - 1:
             return None
+        if exact:
+            key = (n_d, self.excess, self.ttft)
+            if key not in self.exact:
+                self.exact[key] = self._evaluate(n_d, exact=True)
+            return self.exact[key]
+        return self._evaluate(n_d, exact=False)
+
+    def _evaluate(self, n_d: float, *, exact: bool) -> _Eval | None:
+        """:meth:`evaluate`, not cached."""
         hit = self._chain(n_d)
         if hit is None:
             return None

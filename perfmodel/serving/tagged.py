@@ -78,6 +78,17 @@ def _mirrored_transform(
     return out
 
 
+def _leftover_transform(w_state: Arr, G: int, size: int) -> NDArray[np.complex128]:
+    """The transforms (``rfft`` on ``size`` points) of what each class ``p = min(u, G)``
+    of the arrival iteration leaves queued, weighted by ``w_state``: a class ``p < G``
+    leaves nothing (its mass at 0: a constant transform, the FFT of that delta to the
+    bit), class ``G`` the states ``u ≥ G`` shifted down by ``G`` (one FFT, not ``G + 1``)."""
+    out = np.empty((G + 1, size // 2 + 1), dtype=np.complex128)
+    out[:G] = w_state[:G, None]
+    out[G] = np.fft.rfft(w_state[G:], size)
+    return out
+
+
 class TaggedStart:
     """What the tagged request's arrival and wait give, from the chain alone: its full
     iterations, the law of the state at its last prefill iteration and of the one its
@@ -150,15 +161,12 @@ def _arrival(chain: BacklogChain) -> tuple[float, Arr]:
     b = chain.mean_step_s
     # arrival iteration, by class p = min(u, G) (leftover u − p only in class G), time-weighted
     w_state = pi * tau / b
-    leftover = np.zeros((G + 1, n))
-    leftover[np.arange(G), 0] = w_state[:G]
-    leftover[G, : n - G] = w_state[G:]
     tau_p = tau[: G + 1]
     nodes, wts = gauss_legendre(V_NODES)
     v, wv = (nodes + 1) / 2, wts / 2
     size = fft_size(2 * n + f.size)
     F = np.fft.rfft(f, size)
-    L_hat = np.fft.rfft(leftover, size, axis=1)  # (G+1, size/2+1)
+    L_hat = _leftover_transform(w_state, G, size)  # (G+1, size/2+1)
     # the arrivals before and after the request in its iteration, CP(λ·v·τ_p) and
     # CP(λ·(1 − v)·τ_p), as their transforms exp(r·(F − 1)) on the convolution grid (one
     # iteration's arrivals stay far below its 2n + |f| points: nothing wraps around)

@@ -4,6 +4,8 @@ law twice to its tolerance, with ``τ₊`` the step time at ``N̄ + 1`` decodes.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -104,6 +106,41 @@ def test_the_residual_is_a_function_of_n_d(short: q.ServiceRate) -> None:
         b = fp.evaluate(292.5714, exact=exact)
         assert a is not None and b is not None
         assert (a.h, a.decoders, a.busy) == (b.h, b.decoders, b.busy)
+
+
+def test_an_exact_evaluation_is_made_once_per_point_and_terms(
+    short: q.ServiceRate, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """:meth:`_FixedPoint.solve` checks its point exactly and its exact search starts
+    there: the second evaluation is the first one's result (no step time), until the
+    tagged-request terms change, which make it a new point."""
+    import perfmodel.serving.operating_point as op_mod
+
+    atoms = _length_atoms(short.workload.lengths)
+    pos = atoms.decode_steps >= 1
+    fp = _FixedPoint(
+        short.instance, atoms.prompts, short.moments, rate_per_s=100.0,
+        max_batched_tokens=2048,
+        mean_steps=float(atoms.decode_weights[pos] @ atoms.decode_steps[pos]), levels=4,
+    )  # fmt: skip
+    calls: list[float] = []
+    real = op_mod._plus_step_s
+
+    def counted(*a: Any) -> Any:
+        calls.append(a[-1])
+        return real(*a)
+
+    monkeypatch.setattr(op_mod, "_plus_step_s", counted)
+    a = fp.evaluate(292.5714, exact=True)
+    first = len(calls)
+    assert first >= 1  # N̄'s secant steps took step times
+    assert fp.evaluate(292.5714, exact=True) is a
+    assert len(calls) == first
+    fp.excess = 0.01  # N̄ = λ·(E[n]·π·τ₊ + excess): one more decoder at 100 req/s
+    b = fp.evaluate(292.5714, exact=True)
+    assert b is not None and a is not None and b is not a
+    assert b.decoders == pytest.approx(a.decoders + 1.0, rel=0.02)
+    assert len(calls) > first
 
 
 def test_a_kept_tagged_start_gives_the_same_request(chat: q.ServiceRate) -> None:

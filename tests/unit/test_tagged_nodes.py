@@ -1,4 +1,5 @@
-"""The stored 4-node Gauss–Legendre rule is numpy's, bit for bit."""
+"""The tagged request's shortcuts equal what they replace, bit for bit: the stored
+4-node Gauss–Legendre rule, the mirrored after-arrival transform, the leftover transform."""
 
 import numpy as np
 import pytest
@@ -36,3 +37,20 @@ def test_the_after_transform_reuses_mirrored_columns_bit_for_bit() -> None:
         assert np.array_equal(got, cp_transform(rates, F))
     v = (nodes + 1) / 2
     assert int(((1 - v) == v[::-1]).sum()) == 3  # what the reuse saves at V_NODES = 4
+
+
+@pytest.mark.parametrize(("G", "n"), [(32, 705), (16, 2049), (4, 9)])
+def test_the_leftover_transform_is_the_fft_of_the_leftover_rows(G: int, n: int) -> None:
+    """``_leftover_transform`` equals the ``rfft`` of the ``(G + 1) × n`` leftover rows
+    (class ``p < G``: its weight at 0; class ``G``: the states above ``G`` shifted
+    down), to the bit."""
+    from perfmodel.serving.compound_poisson import fft_size
+    from perfmodel.serving.tagged import _leftover_transform
+
+    w = np.random.default_rng(G).random(n)
+    w /= w.sum()
+    size = fft_size(2 * n + 3 * G)
+    rows = np.zeros((G + 1, n))
+    rows[np.arange(G), 0] = w[:G]
+    rows[G, : n - G] = w[G:]
+    np.testing.assert_array_equal(_leftover_transform(w, G, size), np.fft.rfft(rows, size, axis=1))
