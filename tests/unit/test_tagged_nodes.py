@@ -1,5 +1,5 @@
 """The tagged request's shortcuts equal what they replace, bit for bit: the stored
-4-node Gauss–Legendre rule, the mirrored after-arrival transform, the leftover transform."""
+4-node Gauss–Legendre rule, the before/after-arrival transforms, the leftover transform."""
 
 import numpy as np
 import pytest
@@ -15,28 +15,26 @@ def test_gauss_legendre_is_numpys(n: int) -> None:
     np.testing.assert_array_equal(w, ref_w)
 
 
-def test_the_after_transform_reuses_mirrored_columns_bit_for_bit() -> None:
-    """``_mirrored_transform`` equals ``cp_transform`` of the after-arrival rates exactly:
-    the columns whose ``1 − v_j`` is exactly ``v_{V−1−j}`` (three of four at V_NODES = 4)
-    are taken from the before-arrival transform, the others computed."""
+@pytest.mark.parametrize("nodes", [4, 5, 8])
+def test_the_position_transforms_are_the_compound_poisson_transforms(nodes: int) -> None:
+    """``_position_transforms`` equals ``cp_transform`` of the before-arrival rates
+    ``r·v_j`` and the after-arrival rates ``r·(1 − v_j)`` within a few ulps, though it
+    takes the upper half of the positions by division (``V = 4``: 3 exponentials per
+    rate instead of 8); odd ``V`` has a middle node whose two are the same."""
     from perfmodel.serving.compound_poisson import cp_transform
-    from perfmodel.serving.prefill_chain import V_NODES
-    from perfmodel.serving.tagged import _mirrored_transform, gauss_legendre
+    from perfmodel.serving.tagged import _position_transforms, gauss_legendre
 
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng(nodes)
     f = rng.random(60)
     F = np.fft.rfft(f / f.sum(), 256)
-    tau_p = np.sort(rng.random(33)) * 0.05
-    lam = 7.3
-    nodes, _ = gauss_legendre(V_NODES)
-    for v in ((nodes + 1) / 2, np.sort(rng.random(5))):  # the nodes; positions not mirrored
-        after = 1 - v
-        before_hat = cp_transform(lam * np.outer(tau_p, v), F)
-        rates = lam * np.outer(tau_p, after)
-        got = _mirrored_transform(rates, after, v, before_hat, F)
-        assert np.array_equal(got, cp_transform(rates, F))
-    v = (nodes + 1) / 2
-    assert int(((1 - v) == v[::-1]).sum()) == 3  # what the reuse saves at V_NODES = 4
+    rates = np.sort(rng.random(33)) * 12.0  # up to 12 expected arrivals in an iteration
+    x, _ = gauss_legendre(nodes)
+    v = (x + 1) / 2
+    before, after = _position_transforms(rates, v, F)
+    for got, pos in ((before, v), (after, 1 - v)):
+        want = cp_transform(np.multiply.outer(rates, pos), F)
+        np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-300)
+    assert np.array_equal(after, before[:, ::-1])
 
 
 @pytest.mark.parametrize(("G", "n"), [(32, 705), (16, 2049), (4, 9)])
