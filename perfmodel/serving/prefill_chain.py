@@ -125,7 +125,7 @@ class Transition:
         self.states = arrivals.shape[1]
         self._size = fft_size(2 * self.states)
         self._full_hat = np.fft.rfft(arrivals[-1], self._size)
-        self._back_size = fft_size(3 * self.states)
+        self._back_size = fft_size(2 * self.states)  # backward: no wrap below 2n
         self._back_hat: NDArray[np.complex128] | None = None  # conj(Â_G), when first asked
 
     def __call__(self, x: Arr) -> Arr:
@@ -147,7 +147,9 @@ class Transition:
         G, n = self.per_budget, self.states
         out = np.empty(n)
         out[: G + 1] = self.arrivals @ f
-        # state G + k leaves k grid steps: E[f(min(k + A, n − 1))], a correlation with A_G
+        # state G + k leaves k grid steps: E[f(min(k + A, n − 1))], a correlation with A_G:
+        # corr[k] = Σ_t A_G[t]·f_ext[t + k] reads f_ext below 2n − G − 1 for the k ≤ n − G − 1
+        # kept, so a circular correlation on 2n points wraps none of them
         f_ext = np.concatenate([f, np.full(n, f[-1])])
         size = self._back_size
         if self._back_hat is None:

@@ -251,3 +251,22 @@ def test_a_backlog_spanning_many_budgets_is_on_the_halved_grid(
     assert chain(4, 8192, 0.957, 1.3)[-1] == (half, MAX_LEVELS)
     assert chain(4, 8192, 0.1, 1.0, min_levels=30) == [(half, 30)]  # known at once
     assert chain(1, 32768, 0.05, 1.0) == [(half, 36)]  # 16-budget prompts: at once
+
+
+@pytest.mark.parametrize(("G", "n"), [(4, 49), (8, 97), (16, 161)])
+def test_the_backward_product_is_t_times_f(G: int, n: int) -> None:
+    """``Transition.backward(f) = T·f`` for arrival laws over the whole grid (every row
+    reaches the top state, where the lumped mass sits): the correlation behind it is
+    circular on ~2n points, and a shorter one would wrap the top of ``f`` onto its
+    bottom."""
+    rng = np.random.default_rng(G)
+    A = rng.random((G + 1, n))
+    A /= A.sum(axis=1, keepdims=True)
+    T = np.zeros((n, n))
+    T[: G + 1] = A
+    for i in range(G + 1, n):
+        T[i, i - G :] = A[G][: n - i + G]
+        T[i, -1] += 1 - T[i].sum()
+    g = rng.standard_normal(n)
+    g[-1] = 50.0
+    np.testing.assert_allclose(Transition(A).backward(g), T @ g, rtol=0, atol=1e-12)
