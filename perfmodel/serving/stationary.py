@@ -77,7 +77,7 @@ def stationary(arrivals: Arr) -> Arr:
     b = G * max(1, round(BLOCK_STATES / G))
     starts = range(1, n, b)  # blocks [s, s + b); the top one may be short
     cols = t.block(0, n, starts[-1], n)  # T_AB ∪ T_BB of the top block, with fill
-    kept: list[tuple[int, int, Arr, Arr, NDArray[np.int32]]] = []
+    kept: list[tuple[int, int, Arr, Arr]] = []
     with one_blas_thread():
         for s in reversed(starts):
             e = min(s + b, n)
@@ -86,39 +86,18 @@ def stationary(arrivals: Arr) -> Arr:
             d = np.arange(e - s)
             m[d, d] = 0.0
             m[d, d] = down.sum(axis=1) - m.sum(axis=1)  # GTH: the row's other mass
-            lu, piv, solved = _lu_solve(m, down)  # (I − T_BB)⁻¹·T_BA, and the LU kept
-            kept.append((s, e, cols[:s], lu, piv))
+            inv = np.asarray(np.linalg.inv(m), dtype=np.float64)
+            kept.append((s, e, cols[:s], inv))
             if s > 1:
                 below = t.block(0, s, s - b, s)
-                below[:, b - G :] += cols[:s] @ solved
+                below[:, b - G :] += cols[:s] @ (inv @ down)
                 cols = below
         pi = np.zeros(n)
         pi[0] = 1.0
-        for s, e, t_ab, lu, piv in reversed(kept):
-            pi[s:e] = _lu_solve_left(lu, piv, pi[:s] @ t_ab)
+        for s, e, t_ab, inv in reversed(kept):
+            pi[s:e] = (pi[:s] @ t_ab) @ inv
     pi = np.maximum(pi, 0.0)
     return np.asarray(pi / pi.sum(), dtype=np.float64)
-
-
-def _lu_solve(m: Arr, rhs: Arr) -> tuple[Arr, NDArray[np.int32], Arr]:
-    """``m⁻¹·rhs`` by LAPACK's ``dgesv``, with ``m``'s LU factors for
-    :func:`_lu_solve_left` (half the time of an inverse and a product at 64 states)."""
-    from scipy.linalg.lapack import dgesv
-
-    lu, piv, x, info = dgesv(m, rhs)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"singular block in the censored chain (dgesv info {info})")
-    return lu, piv, x
-
-
-def _lu_solve_left(lu: Arr, piv: NDArray[np.int32], y: Arr) -> Arr:
-    """``y·m⁻¹`` (``m`` factored by :func:`_lu_solve`): ``mᵀ·x = yᵀ`` by ``dgetrs``."""
-    from scipy.linalg.lapack import dgetrs
-
-    x, info = dgetrs(lu, piv, y, trans=1)
-    if info != 0:
-        raise np.linalg.LinAlgError(f"dgetrs info {info}")
-    return np.asarray(x, dtype=np.float64)
 
 
 class _Transitions:
