@@ -90,19 +90,25 @@ def test_near_the_critical_rate_the_point_is_found(short: q.ServiceRate) -> None
     _check_equations(short, est)
 
 
-def test_the_residual_is_a_function_of_n_d(short: q.ServiceRate) -> None:
-    """A search needs ``h(n_d)`` to be a function: the same ``n_d`` evaluated again
-    (its chain then cached) gives the same residual and decoders, in either mode."""
-    atoms = _length_atoms(short.workload.lengths)
+def _fixed_point(sv: q.ServiceRate, rate_per_s: float) -> _FixedPoint:
+    """The fixed point of ``sv`` at ``rate_per_s``, before any tagged-request terms."""
+    atoms = _length_atoms(sv.workload.lengths)
     pos = atoms.decode_steps >= 1
-    fp = _FixedPoint(
-        short.instance, atoms.prompts, short.moments, rate_per_s=100.0,
+    return _FixedPoint(
+        sv.instance, atoms.prompts, sv.moments, rate_per_s=rate_per_s,
         max_batched_tokens=2048,
         mean_steps=float(atoms.decode_weights[pos] @ atoms.decode_steps[pos]), levels=4,
     )  # fmt: skip
+
+
+def test_the_residual_is_a_function_of_n_d(short: q.ServiceRate) -> None:
+    """A search needs ``h(n_d)`` to be a function: the same ``n_d`` evaluated again
+    (its chain then cached) gives the same residual and decoders, in either mode."""
+    fp = _fixed_point(short, 100.0)
     for exact in (False, True):
         a = fp.evaluate(292.5714, exact=exact)
         fp.evaluate(300.0, exact=exact)
+        fp.exact.clear()  # computed again, not the kept exact evaluation
         b = fp.evaluate(292.5714, exact=exact)
         assert a is not None and b is not None
         assert (a.h, a.decoders, a.busy) == (b.h, b.decoders, b.busy)
@@ -116,13 +122,7 @@ def test_an_exact_evaluation_is_made_once_per_point_and_terms(
     tagged-request terms change, which make it a new point."""
     import perfmodel.serving.operating_point as op_mod
 
-    atoms = _length_atoms(short.workload.lengths)
-    pos = atoms.decode_steps >= 1
-    fp = _FixedPoint(
-        short.instance, atoms.prompts, short.moments, rate_per_s=100.0,
-        max_batched_tokens=2048,
-        mean_steps=float(atoms.decode_weights[pos] @ atoms.decode_steps[pos]), levels=4,
-    )  # fmt: skip
+    fp = _fixed_point(short, 100.0)
     calls: list[float] = []
     real = op_mod._plus_step_s
 
