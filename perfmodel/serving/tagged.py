@@ -72,14 +72,27 @@ def _position_transforms(
     are the before-arrivals at ``v_{V−1−j}``, and those of the upper half are
     ``CP(r)/CP(r·v_{V−1−j})`` — a division where :func:`cp_transform` takes a complex
     exponential: ``⌊V/2⌋ + 1`` (+1 for odd ``V``) exponentials per rate instead of
-    ``2V`` (equal to ``cp_transform``'s within a few ulps, tested)."""
+    ``2V`` (equal to ``cp_transform``'s within a few ulps, tested). Where the divisor is
+    below :data:`_DIVISOR_FLOOR` in modulus (hundreds of arrivals per iteration: the
+    exponential underflows), the exponential is taken instead."""
     V = v.size
     half = V // 2
     before = np.empty((rates.size, V, F.size), dtype=np.complex128)
     before[:, : V - half] = cp_transform(np.multiply.outer(rates, v[: V - half]), F)
-    whole = cp_transform(rates, F)
-    before[:, V - half :] = whole[:, None, :] / before[:, half - 1 :: -1] if half else 0
+    if half:
+        low = before[:, half - 1 :: -1]  # column V − half + i mirrors column half − 1 − i
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            upper = cp_transform(rates, F)[:, None, :] / low
+        r, j, k = np.nonzero(np.abs(low) < _DIVISOR_FLOOR)
+        if r.size:
+            upper[r, j, k] = np.exp(rates[r] * v[V - half + j] * (F[k] - 1.0))
+        before[:, V - half :] = upper
     return before, before[:, ::-1]
+
+
+#: the least divisor modulus :func:`_position_transforms` divides by: the quotient's
+#: absolute error stays below 10⁻¹⁷³ however the dividend's subnormal bits round
+_DIVISOR_FLOOR = 1e-150
 
 
 def _leftover_transform(w_state: Arr, G: int, size: int) -> NDArray[np.complex128]:

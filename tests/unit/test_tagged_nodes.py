@@ -37,6 +37,28 @@ def test_the_position_transforms_are_the_compound_poisson_transforms(nodes: int)
     assert np.array_equal(after, before[:, ::-1])
 
 
+def test_the_position_transforms_survive_underflow() -> None:
+    """Thousands of arrivals per iteration (1-token prompts at a huge rate): the
+    exponentials underflow to 0 at high frequencies, where a division would give 0/0.
+    The transforms stay finite and equal to ``cp_transform``'s."""
+    from perfmodel.serving.compound_poisson import cp_transform
+    from perfmodel.serving.tagged import _position_transforms, gauss_legendre
+
+    f = np.zeros(8)
+    f[1] = 1.0  # every prompt one grid step: F = e^{−iω}, down to −1 at Nyquist
+    F = np.fft.rfft(f, 64)
+    rates = np.array([5.0, 400.0, 3000.0])
+    x, _ = gauss_legendre(4)
+    v = (x + 1) / 2
+    before, _ = _position_transforms(rates, v, F)
+    assert np.isfinite(before).all()
+    want = cp_transform(np.multiply.outer(rates, v), F)
+    assert (want == 0).any()  # the case: underflow
+    # exp of an argument of modulus ~6,000 is conditioned to ~6,000 ulps either way; where
+    # the dividend is subnormal only the absolute error is small (≤ 10⁻¹⁷³)
+    np.testing.assert_allclose(before, want, rtol=2e-12, atol=1e-170)
+
+
 @pytest.mark.parametrize(("G", "n"), [(32, 705), (16, 2049), (4, 9)])
 def test_the_leftover_transform_is_the_fft_of_the_leftover_rows(G: int, n: int) -> None:
     """``_leftover_transform`` equals the ``rfft`` of the ``(G + 1) × n`` leftover rows
