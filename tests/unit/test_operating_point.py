@@ -140,6 +140,8 @@ def test_an_exact_evaluation_is_made_once_per_point_and_terms(
     b = fp.evaluate(292.5714, exact=True)
     assert b is not None and a is not None and b is not a
     assert b.decoders == pytest.approx(a.decoders + 1.0, rel=0.02)
+    fp.ttft = 0.05  # a new TTFT is a new point too (here P(busy) is 1 either way)
+    assert fp.evaluate(292.5714, exact=True) is not b
     assert len(calls) > first
 
 
